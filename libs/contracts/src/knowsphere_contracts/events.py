@@ -1,0 +1,147 @@
+"""Events on the NATS bus: one pydantic model per event, each with its subject constant.
+
+Subjects follow ``ks.<domain>.<event>.v1``. A subject that is addressed to one turn or one
+document appends that id as a last token (``ks.chat.events.v1.<turn_id>``), so a consumer can
+subscribe to exactly one stream of events or to all of them with ``>``.
+
+The AsyncAPI document in ``docs/asyncapi.yaml`` is generated from :data:`EVENT_CATALOG`
+(``make asyncapi``); a test fails when it drifts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_MESSAGE_CHARS = 32_000
+MAX_KNOWLEDGE_BASES_PER_TURN = 20
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Event(BaseModel):
+    """Fields every event has. Identity travels in headers, not in the body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subject: ClassVar[str]
+    event_id: str = Field(default_factory=_new_id, description="unique per event, for deduplication")
+    occurred_at: datetime = Field(default_factory=_now)
+
+
+# --- chat -----------------------------------------------------------------------------------
+
+
+class ChatRequested(Event):
+    """A user asked a question; one conversation instance (queue group) takes the turn."""
+
+    subject: ClassVar[str] = "ks.chat.request.v1"
+    turn_id: str = Field(min_length=1, max_length=64)
+    session_id: str | None = Field(default=None, max_length=64)
+    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    knowledge_base_ids: list[str] = Field(default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN)
+
+
+class TurnEventKind(StrEnum):
+    STARTED = "started"
+    TEXT_DELTA = "text_delta"
+    CITATIONS = "citations"
+    ERROR = "error"
+    COMPLETED = "completed"
+
+
+class Citation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    handle: str = Field(description="cN as written in the answer, e.g. c1")
+    chunk_id: str
+    document_id: str
+    file_name: str
+    knowledge_base_id: str
+
+
+class ChatTurnEvent(Event):
+    """One event of a turn in progress, published on ``ks.chat.events.v1.<turn_id>``.
+
+    ``sequence`` starts at 0 and increases by one per event of the turn, so a reader can detect
+    loss. A turn always ends with exactly one ``completed`` or ``error`` event.
+    """
+
+    subject: ClassVar[str] = "ks.chat.events.v1"
+    turn_id: str
+    sequence: int = Field(ge=0)
+    kind: TurnEventKind
+    text: str | None = None
+    citations: list[Citation] = Field(default_factory=list)
+    error_code: str | None = Field(
+        default=None, description="stable machine code, e.g. retrieval_unavailable"
+    )
+    error_message: str | None = Field(default=None, description="a message for the user")
+
+    @classmethod
+    def subject_for(cls, turn_id: str) -> str:
+        return f"{cls.subject}.{turn_id}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.kind in (TurnEventKind.COMPLETED, TurnEventKind.ERROR)
+
+
+class TurnCompleted(Event):
+    """A turn finished; memory records cited documents and session state from it."""
+
+    subject: ClassVar[str] = "ks.chat.turn_completed.v1"
+    turn_id: str
+    session_id: str | None = None
+    cited_document_ids: list[str] = Field(default_factory=list)
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+
+
+# --- ingestion ------------------------------------------------------------------------------
+
+DocumentStage = Literal["queued", "parsing", "chunking", "embedding", "indexing", "graph", "ready", "failed"]
+
+
+class DocumentProgress(Event):
+    """Progress of one document's ingestion, published on ``ks.ingestion.document.progress.v1``."""
+
+    subject: ClassVar[str] = "ks.ingestion.document.progress.v1"
+    document_id: str
+    knowledge_base_id: str
+    stage: DocumentStage
+    percent: float = Field(ge=0, le=100)
+    done: int = Field(default=0, ge=0, description="items of this stage finished")
+    total: int = Field(default=0, ge=0, description="items of this stage in all")
+    eta_seconds: float | None = Field(default=None, ge=0)
+
+
+class DocumentFinished(Event):
+    """A document reached a final status: ready, or failed with the stage and reason."""
+
+    subject: ClassVar[str] = "ks.ingestion.document.finished.v1"
+    document_id: str
+    knowledge_base_id: str
+    status: Literal["ready", "failed"]
+    failed_stage: DocumentStage | None = None
+    reason: str | None = None
+    chunk_count: int = Field(default=0, ge=0)
+
+
+EVENT_CATALOG: tuple[type[Event], ...] = (
+    ChatRequested,
+    ChatTurnEvent,
+    TurnCompleted,
+    DocumentProgress,
+    DocumentFinished,
+)

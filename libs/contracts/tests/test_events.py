@@ -1,0 +1,46 @@
+"""Event models: subjects follow the naming rule and payloads enforce their limits."""
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from knowsphere_contracts.events import (
+    EVENT_CATALOG,
+    MAX_MESSAGE_CHARS,
+    ChatRequested,
+    ChatTurnEvent,
+    TurnEventKind,
+)
+
+SUBJECT = re.compile(r"^ks\.[a-z]+(\.[a-z_]+)+\.v[0-9]+$")
+
+
+@pytest.mark.parametrize("event", EVENT_CATALOG, ids=lambda e: e.__name__)
+def test_subjects_follow_ks_domain_event_version(event):
+    assert SUBJECT.match(event.subject), event.subject
+
+
+def test_subjects_are_unique():
+    subjects = [e.subject for e in EVENT_CATALOG]
+    assert len(subjects) == len(set(subjects))
+
+
+def test_chat_request_limits_are_enforced_with_the_field_named():
+    with pytest.raises(ValidationError) as raised:
+        ChatRequested(turn_id="t1", message="x" * (MAX_MESSAGE_CHARS + 1))
+    assert raised.value.errors()[0]["loc"] == ("message",)
+    with pytest.raises(ValidationError):
+        ChatRequested(turn_id="t1", message="")
+    with pytest.raises(ValidationError):
+        ChatRequested(turn_id="t1", message="hi", unexpected="field")
+
+
+def test_turn_events_round_trip_and_know_their_subject():
+    event = ChatTurnEvent(
+        turn_id="abc", sequence=3, kind=TurnEventKind.ERROR, error_code="x", error_message="y"
+    )
+    again = ChatTurnEvent.model_validate_json(event.model_dump_json())
+    assert again == event
+    assert again.is_final
+    assert ChatTurnEvent.subject_for("abc") == "ks.chat.events.v1.abc"
