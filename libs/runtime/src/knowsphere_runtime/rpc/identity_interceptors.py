@@ -1,0 +1,170 @@
+"""Interceptors that carry caller identity across gRPC: read on the server, attach on the client."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+
+from knowsphere_runtime.identity import (
+    Identity,
+    IdentityError,
+    current_identity,
+    identity_from_pairs,
+    set_identity,
+)
+from knowsphere_telemetry import attributes
+
+# Infrastructure services answer without a caller identity.
+IDENTITY_EXEMPT_SERVICES = frozenset(
+    {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection",
+    }
+)
+
+
+def _service_of(method: str) -> str:
+    # "/pkg.Service/Method" -> "pkg.Service"
+    return method.lstrip("/").split("/", 1)[0]
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler, identity: Identity | None, rejection: str | None
+) -> grpc.RpcMethodHandler:
+    def enter(context: Any) -> Awaitable[None] | None:
+        if rejection is not None:
+            return context.abort(grpc.StatusCode.UNAUTHENTICATED, rejection)  # type: ignore[no-any-return]
+        set_identity(identity)
+        if identity is not None:
+            span = trace.get_current_span()
+            span.set_attribute(attributes.TENANT_ID, identity.tenant_id)
+            span.set_attribute(attributes.USER_ID, identity.user_id)
+        return None
+
+    def unary_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapped(request: Any, context: Any) -> Any:
+            aborted = enter(context)
+            if aborted is not None:
+                await aborted
+            return await behavior(request, context)
+
+        return wrapped
+
+    def stream_response(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
+            aborted = enter(context)
+            if aborted is not None:
+                await aborted
+            result = behavior(request, context)
+            if inspect.isasyncgen(result):
+                async for item in result:
+                    yield item
+            else:
+                await result
+
+        return wrapped
+
+    common = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(unary_response(handler.unary_unary), **common)
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(stream_response(handler.unary_stream), **common)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(unary_response(handler.stream_unary), **common)
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(stream_response(handler.stream_stream), **common)
+    return handler
+
+
+class IdentityServerInterceptor(grpc.aio.ServerInterceptor):
+    """Binds the caller identity from metadata for the handler; rejects calls without one.
+
+    Health and reflection are exempt. A call to any other service with no or malformed identity
+    fails with UNAUTHENTICATED and a message naming the metadata key.
+    """
+
+    def __init__(self, *, required: bool = True) -> None:
+        self._required = required
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method  # type: ignore[attr-defined]
+        if _service_of(method) in IDENTITY_EXEMPT_SERVICES:
+            return handler
+        rejection: str | None = None
+        identity: Identity | None = None
+        try:
+            identity = identity_from_pairs(handler_call_details.invocation_metadata or ())  # type: ignore[attr-defined]
+        except IdentityError as error:
+            rejection = f"{method}: {error}"
+        if identity is None and rejection is None and self._required:
+            rejection = f"{method}: caller identity is required (metadata ks-tenant-id and ks-user-id)"
+        return _wrap_handler(handler, identity, rejection)
+
+
+def _with_identity(details: grpc.aio.ClientCallDetails, timeout: float) -> grpc.aio.ClientCallDetails:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()))
+    identity = current_identity()
+    if identity is not None:
+        for key, value in identity.as_pairs():
+            if key not in metadata:
+                metadata.add(key, value)
+    return grpc.aio.ClientCallDetails(
+        details.method,
+        details.timeout if details.timeout is not None else timeout,
+        metadata,
+        details.credentials,
+        details.wait_for_ready,
+    )
+
+
+class _ClientBase:
+    def __init__(self, unary_timeout: float, stream_timeout: float) -> None:
+        self._unary_timeout = unary_timeout
+        self._stream_timeout = stream_timeout
+
+
+class IdentityUnaryUnary(_ClientBase, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(_with_identity(client_call_details, self._unary_timeout), request)
+
+
+class IdentityUnaryStream(_ClientBase, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(_with_identity(client_call_details, self._stream_timeout), request)
+
+
+class IdentityStreamUnary(_ClientBase, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return await continuation(_with_identity(client_call_details, self._stream_timeout), request_iterator)
+
+
+class IdentityStreamStream(_ClientBase, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return await continuation(_with_identity(client_call_details, self._stream_timeout), request_iterator)
+
+
+def identity_client_interceptors(
+    unary_timeout: float, stream_timeout: float
+) -> list[grpc.aio.ClientInterceptor]:
+    """Client interceptors attaching identity and a default deadline to every call."""
+    return [
+        IdentityUnaryUnary(unary_timeout, stream_timeout),
+        IdentityUnaryStream(unary_timeout, stream_timeout),
+        IdentityStreamUnary(unary_timeout, stream_timeout),
+        IdentityStreamStream(unary_timeout, stream_timeout),
+    ]

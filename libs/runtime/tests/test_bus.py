@@ -1,0 +1,61 @@
+"""NATS through FastStream on a real nats-server: identity and trace context cross the bus."""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+from pydantic import BaseModel
+
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.identity import Identity, bound_identity, current_identity
+
+
+class Ping(BaseModel):
+    text: str
+
+
+async def test_identity_and_trace_context_travel_in_headers(nats_url, spans):
+    broker = build_broker(nats_url, client_name="test")
+    received: asyncio.Queue[tuple[Ping, Identity | None, int]] = asyncio.Queue()
+
+    @broker.subscriber("ks.test.ping.v1", queue="test")
+    async def handle(message: Ping) -> None:
+        await received.put(
+            (message, current_identity(), trace.get_current_span().get_span_context().trace_id)
+        )
+
+    await broker.start()
+    try:
+        tracer = trace.get_tracer("test")
+        with tracer.start_as_current_span("sender") as root, bound_identity(Identity("acme", "alice")):
+            await broker.publish(Ping(text="hello"), subject="ks.test.ping.v1")
+        message, identity, trace_id = await asyncio.wait_for(received.get(), timeout=5)
+    finally:
+        await broker.stop()
+
+    assert message.text == "hello"
+    assert identity == Identity("acme", "alice")
+    assert trace_id == root.get_span_context().trace_id
+    finished = spans.get_finished_spans()
+    consumer = next(s for s in finished if s.kind == SpanKind.CONSUMER and s.name.endswith("process"))
+    producer = next(s for s in finished if s.kind == SpanKind.PRODUCER and s.name.endswith("create"))
+    assert consumer.context.trace_id == root.get_span_context().trace_id
+    assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
+
+
+async def test_message_without_identity_is_handled_anonymously(nats_url):
+    broker = build_broker(nats_url, client_name="test")
+    received: asyncio.Queue[Identity | None] = asyncio.Queue()
+
+    @broker.subscriber("ks.test.anonymous.v1")
+    async def handle(message: Ping) -> None:
+        await received.put(current_identity())
+
+    await broker.start()
+    try:
+        await broker.publish(Ping(text="x"), subject="ks.test.anonymous.v1")
+        assert await asyncio.wait_for(received.get(), timeout=5) is None
+    finally:
+        await broker.stop()

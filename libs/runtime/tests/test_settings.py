@@ -1,0 +1,45 @@
+"""Settings fail fast and name the variable that is wrong."""
+
+import pytest
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from knowsphere_runtime.settings import ServiceSettings, SettingsError, load_settings
+
+
+class DemoSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="KS_DEMO_", extra="ignore", frozen=True)
+
+    grpc_port: int = Field(default=7499, ge=1, le=65535)
+    nats_url: str
+
+
+def test_missing_required_value_names_the_variable(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("KS_DEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("KS_DEMO_NATS_URL", raising=False)
+    with pytest.raises(SettingsError) as raised:
+        load_settings(DemoSettings)
+    assert raised.value.code == 2
+    assert "KS_DEMO_NATS_URL is required but not set" in str(raised.value)
+    assert "KS_DEMO_NATS_URL" in capsys.readouterr().err
+
+
+def test_malformed_value_names_variable_and_value(monkeypatch, tmp_path):
+    monkeypatch.setenv("KS_DEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KS_DEMO_NATS_URL", "nats://x:1")
+    monkeypatch.setenv("KS_DEMO_GRPC_PORT", "70000")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(DemoSettings)
+    assert "KS_DEMO_GRPC_PORT='70000'" in str(raised.value)
+    assert "65535" in str(raised.value)
+
+
+def test_values_come_from_prefixed_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("KS_DEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KS_DEMO_NATS_URL", "nats://127.0.0.1:4322")
+    monkeypatch.setenv("KS_DEMO_GRPC_HOST", "0.0.0.0")
+    monkeypatch.setenv("NATS_URL", "nats://wrong:1")
+    settings = load_settings(DemoSettings)
+    assert settings.nats_url == "nats://127.0.0.1:4322"
+    assert settings.grpc_bind == "0.0.0.0:7499"
+    assert settings.data_dir == tmp_path

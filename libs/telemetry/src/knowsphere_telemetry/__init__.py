@@ -1,0 +1,17 @@
+"""Telemetry for KnowSphere services: traces, structured logs and LLM observation.
+
+Everything here is configured from the environment only: the standard ``OTEL_*`` variables for
+OpenTelemetry, ``LANGFUSE_*`` for Langfuse, and a log level passed by the service's settings.
+"""
+
+from knowsphere_telemetry.langfuse import LlmObserver, build_llm_observer
+from knowsphere_telemetry.logs import configure_logging
+from knowsphere_telemetry.tracing import TracingHandle, configure_tracing
+
+__all__ = [
+    "LlmObserver",
+    "TracingHandle",
+    "build_llm_observer",
+    "configure_logging",
+    "configure_tracing",
+]
