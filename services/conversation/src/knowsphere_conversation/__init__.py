@@ -1,0 +1,5 @@
+"""KnowSphere Conversation service: runs the conversation graph; owns agents, orchestrators, sessions
+and checkpoints.
+"""
+
+SERVICE_NAME = "conversation"

@@ -1,0 +1,69 @@
+"""Wiring of the gateway: settings, peer channels, NATS, the HTTP API and a gRPC health endpoint."""
+
+from functools import partial
+
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_gateway import SERVICE_NAME
+from knowsphere_gateway.adapters.http_server import HttpServerComponent
+from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_gateway.settings import Settings
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
+from knowsphere_runtime.rpc import GrpcServer, check_health, open_channel
+from knowsphere_runtime.settings import load_settings
+
+
+def main() -> None:
+    settings = load_settings(Settings)
+
+    def build() -> list[Component]:
+        channels = {
+            name: open_channel(
+                address,
+                services=[CONTRACTS[name].descriptor],
+                unary_timeout=settings.rpc_timeout_seconds,
+                stream_timeout=settings.rpc_stream_timeout_seconds,
+            )
+            for name, address in settings.peer_addresses().items()
+        }
+        # The gateway's own gRPC endpoint (health for probes) is checked like any other service.
+        own = open_channel(f"127.0.0.1:{settings.grpc_port}")
+        probes = {"gateway": partial(check_health, own, "", settings.health_check_timeout_seconds)}
+        probes.update(
+            {
+                name: partial(check_health, channel, "", settings.health_check_timeout_seconds)
+                for name, channel in channels.items()
+            }
+        )
+        broker = build_broker(
+            settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
+        )
+        app = create_app(
+            GatewayContext(
+                broker=broker,
+                health_probes=probes,
+                bus_connected=partial(broker.ping, 0.5),
+                chat_turn_timeout=settings.chat_turn_timeout_seconds,
+                default_identity=Identity(settings.default_tenant_id, settings.default_user_id),
+                trust_identity_headers=settings.trust_identity_headers,
+            )
+        )
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
+        server = GrpcServer(
+            name=SERVICE_NAME, bind=settings.grpc_bind, bindings=[], grace=settings.shutdown_grace_seconds
+        )
+        return [
+            ChannelsComponent([*channels.values(), own]),
+            BrokerComponent(broker),
+            server,
+            HttpServerComponent(app, settings.http_host, settings.http_port),
+        ]
+
+    run_service(SERVICE_NAME, settings, build)
+
+
+if __name__ == "__main__":
+    main()

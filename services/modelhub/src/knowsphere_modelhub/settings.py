@@ -1,0 +1,12 @@
+"""Settings of the modelhub service (environment variables prefixed ``KS_MODELHUB_``)."""
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from knowsphere_runtime.settings import ServiceSettings
+
+
+class Settings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="KS_MODELHUB_", extra="ignore", frozen=True)
+
+    grpc_port: int = Field(default=7416, ge=1, le=65535)
