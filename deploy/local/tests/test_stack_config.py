@@ -1,0 +1,132 @@
+"""Configuration and the wiring contract handed to each service."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from knowsphere_stack.components import build_components, ensure_master_key
+from knowsphere_stack.config import SERVICE_NAMES, StackConfig
+
+pytestmark = pytest.mark.usefixtures("clean_env")
+
+
+def test_defaults_stay_clear_of_standard_ports_and_data_dir_is_absolute() -> None:
+    config = StackConfig()
+    assert config.data_dir == Path.cwd() / ".data"
+    assert (config.nats_port, config.nats_monitor_port) == (4322, 8322)
+    assert (config.temporal_port, config.temporal_ui_port) == (7333, 8333)
+    assert (config.temporal_http_port, config.temporal_metrics_port) == (7343, 7344)
+    assert [config.grpc_port(name) for name in SERVICE_NAMES] == [7416, 7412, 7414, 7415, 7413, 7411, 7410]
+    assert config.gateway_http_port == 8780
+    assert (config.health_timeout, config.stop_grace) == (120, 20)
+    assert config.services == list(SERVICE_NAMES)
+
+
+def test_environment_and_dotenv_file_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    Path(".env").write_text("KS_STACK_NATS_PORT=5999\nKS_STACK_DATA_DIR=state\nOPENAI_API_KEY=unrelated\n")
+    monkeypatch.setenv("KS_STACK_SERVICES", "gateway, retrieval")
+    monkeypatch.setenv("KS_STACK_STOP_GRACE", "3")
+    config = StackConfig()
+    assert config.nats_port == 5999
+    assert config.data_dir == Path.cwd() / "state"
+    assert config.services == ["retrieval", "gateway"]  # always in start order
+    assert config.stop_grace == 3
+    assert StackConfig.env_var("nats_port") == "KS_STACK_NATS_PORT"
+
+
+def test_unknown_service_is_rejected_with_the_known_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_STACK_SERVICES", "gateway,search")
+    with pytest.raises(ValidationError) as raised:
+        StackConfig()
+    assert "search" in str(raised.value) and "modelhub" in str(raised.value)
+
+
+def test_with_free_ports_gives_distinct_ports(tmp_path: Path) -> None:
+    config = StackConfig.with_free_ports(data_dir=tmp_path, services=["gateway"], extra_env={"X": "1"})
+    ports = [getattr(config, name) for name in StackConfig.port_fields()]
+    assert len(set(ports)) == len(ports) == 14
+    assert 4322 not in ports and 7410 not in ports
+    assert config.data_dir == tmp_path and config.services == ["gateway"] and config.extra_env == {"X": "1"}
+
+
+def _envs(config: StackConfig) -> dict[str, dict[str, str]]:
+    return {spec.name: spec.env for spec in build_components(config)}
+
+
+def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
+    config = StackConfig(data_dir=tmp_path, ingestion_worker=True)
+    envs = _envs(config)
+    assert list(envs) == ["nats", "temporal", *SERVICE_NAMES[:5], "ingestion-worker", *SERVICE_NAMES[5:]]
+    assert envs["nats"] == {} and envs["temporal"] == {}
+
+    gateway = envs["gateway"]
+    assert gateway == {
+        "KS_GATEWAY_GRPC_HOST": "127.0.0.1",
+        "KS_GATEWAY_GRPC_PORT": "7410",
+        "KS_GATEWAY_DATA_DIR": str(tmp_path / "gateway"),
+        "OTEL_SERVICE_NAME": "gateway",
+        "KS_GATEWAY_NATS_URL": "nats://127.0.0.1:4322",
+        "KS_GATEWAY_CONVERSATION_ADDR": "127.0.0.1:7411",
+        "KS_GATEWAY_RETRIEVAL_ADDR": "127.0.0.1:7412",
+        "KS_GATEWAY_INGESTION_ADDR": "127.0.0.1:7413",
+        "KS_GATEWAY_MEMORY_ADDR": "127.0.0.1:7414",
+        "KS_GATEWAY_TOOLRUNNER_ADDR": "127.0.0.1:7415",
+        "KS_GATEWAY_MODELHUB_ADDR": "127.0.0.1:7416",
+        "KS_GATEWAY_HTTP_HOST": "127.0.0.1",
+        "KS_GATEWAY_HTTP_PORT": "8780",
+    }
+    assert sorted(k for k in envs["conversation"] if k.endswith("_ADDR")) == [
+        "KS_CONVERSATION_MEMORY_ADDR",
+        "KS_CONVERSATION_MODELHUB_ADDR",
+        "KS_CONVERSATION_RETRIEVAL_ADDR",
+        "KS_CONVERSATION_TOOLRUNNER_ADDR",
+    ]
+    ingestion = envs["ingestion"]
+    assert ingestion["KS_INGESTION_TEMPORAL_ADDRESS"] == "127.0.0.1:7333"
+    assert ingestion["KS_INGESTION_TEMPORAL_NAMESPACE"] == "default"
+    assert sorted(k for k in ingestion if k.endswith("_ADDR")) == [
+        "KS_INGESTION_MODELHUB_ADDR",
+        "KS_INGESTION_RETRIEVAL_ADDR",
+    ]
+    worker = envs["ingestion-worker"]
+    assert worker["OTEL_SERVICE_NAME"] == "ingestion-worker"
+    assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
+        k: v for k, v in ingestion.items() if k != "OTEL_SERVICE_NAME"
+    }
+    for name in ("memory", "conversation"):
+        assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
+    for name in ("modelhub", "retrieval", "toolrunner"):
+        assert not any(k.endswith(("_NATS_URL", "_ADDR")) for k in envs[name])
+        assert envs[name]["OTEL_SERVICE_NAME"] == name
+
+
+def test_master_key_is_generated_once_private_and_reused(tmp_path: Path) -> None:
+    config = StackConfig(data_dir=tmp_path, services=["modelhub"])
+    first = _envs(config)["modelhub"]["MASTER_KEY"]
+    key_file = tmp_path / "secrets" / "master.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert len(__import__("base64").urlsafe_b64decode(first)) == 32
+    assert _envs(config)["modelhub"]["MASTER_KEY"] == first == ensure_master_key(tmp_path)
+
+
+def test_master_key_from_the_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASTER_KEY", "from-env")
+    envs = _envs(StackConfig(data_dir=tmp_path, services=["modelhub"]))
+    assert "MASTER_KEY" not in envs["modelhub"]  # inherited as is
+    assert not (tmp_path / "secrets" / "master.key").exists()
+
+
+def test_worker_only_when_its_module_exists(tmp_path: Path) -> None:
+    # knowsphere_ingestion is not installed next to the launcher.
+    assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path))
+    subset = _envs(StackConfig(data_dir=tmp_path, services=["retrieval"], nats_enabled=False))
+    assert list(subset) == ["temporal", "retrieval"]
+
+
+def test_a_misspelt_field_in_code_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="servces"):
+        StackConfig(data_dir=tmp_path, servces=["gateway"])
