@@ -1,0 +1,60 @@
+# KnowSphere — one entry point for set-up, running, tests, lint and code generation.
+# `make up` and `make test` run `make setup` themselves when .venv is missing or stale.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PACKAGES := libs/telemetry libs/contracts libs/runtime \
+	services/gateway services/conversation services/retrieval services/ingestion \
+	services/memory services/toolrunner services/modelhub deploy/local
+PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))
+PYTEST_ARGS ?=
+
+.PHONY: setup up down status test test-fast lint proto asyncapi clean help
+
+help:
+	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
+	@echo "make down     stop what 'make up' started"
+	@echo "make status   show each component, pid, port and health"
+	@echo "make test     run every test (unit, integration, contract, end to end)"
+	@echo "make lint     ruff, mypy and buf lint"
+	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
+	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
+
+setup: $(STAMP)
+
+$(STAMP): $(PACKAGE_FILES) constraints.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -r requirements-dev.txt $(addprefix -e ,$(PACKAGES))
+	@touch $(STAMP)
+
+up: $(STAMP)
+	$(VENV)/bin/ks-stack up
+
+down:
+	@if [ -x $(VENV)/bin/ks-stack ]; then $(VENV)/bin/ks-stack down; else echo "nothing to stop (.venv missing)"; fi
+
+status: $(STAMP)
+	$(VENV)/bin/ks-stack status
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	cd proto && ../$(VENV)/bin/buf lint
+	cd proto && ../$(VENV)/bin/buf build
+
+proto: $(STAMP)
+	$(PY) tools/gen_proto.py --out libs/contracts/src
+
+asyncapi: $(STAMP)
+	$(PY) tools/gen_asyncapi.py --out docs/asyncapi.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

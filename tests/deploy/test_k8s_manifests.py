@@ -1,0 +1,579 @@
+"""What an operator would notice in deploy/k8s: object names, ports, probes, lock-down, wiring.
+
+Reads the manifests with pyyaml only; no cluster. The overlays are also built with `kustomize` (or
+`kubectl kustomize`) when one is on PATH; those tests are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "k8s"
+BASE = K8S / "base"
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+
+# The convention every service follows: short name -> gRPC port.
+GRPC_PORTS = {
+    "gateway": 7410,
+    "conversation": 7411,
+    "retrieval": 7412,
+    "ingestion": 7413,
+    "memory": 7414,
+    "toolrunner": 7415,
+    "modelhub": 7416,
+}
+SERVICES = sorted(GRPC_PORTS)
+GATEWAY_HTTP_PORT = 8780
+PEERS = {
+    "gateway": {"conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"},
+    "conversation": {"retrieval", "memory", "toolrunner", "modelhub"},
+    "ingestion": {"retrieval", "modelhub"},
+}
+NATS_CLIENTS = {"gateway", "conversation", "ingestion", "memory"}
+CONFIG_MAP = "knowsphere-config"
+OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc]
+
+
+@functools.cache
+def base_objects() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """(file name, object) for every object in the base manifests."""
+    return tuple(
+        (path.name, doc)
+        for path in sorted(BASE.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in load_yaml_docs(path)
+    )
+
+
+def objects_named(kind: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(f, o) for f, o in base_objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+
+
+def deployment(name: str) -> dict[str, Any]:
+    found = objects_named("Deployment", name)
+    assert len(found) == 1, f"expected one Deployment {name!r} in base, found {len(found)}"
+    return found[0][1]
+
+
+def pod_spec(name: str) -> dict[str, Any]:
+    return deployment(name)["spec"]["template"]["spec"]
+
+
+def server_container(name: str) -> dict[str, Any]:
+    containers = pod_spec(name)["containers"]
+    assert len(containers) == 1, f"{name}: expected one container, found {len(containers)}"
+    return containers[0]
+
+
+def env_values(container: dict[str, Any]) -> dict[str, str]:
+    """Literal env values of a container (valueFrom entries are left out)."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def container_port(container: dict[str, Any], ref: int | str) -> int:
+    """A probe's or Service's port reference (number or port name) resolved to a number."""
+    if isinstance(ref, int):
+        return ref
+    by_name = {p["name"]: p["containerPort"] for p in container.get("ports", []) if "name" in p}
+    assert ref in by_name, f"port name {ref!r} is not a port of the container ({sorted(by_name)})"
+    return by_name[ref]
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+@functools.cache
+def base_kustomization() -> dict[str, Any]:
+    return load_yaml_docs(BASE / "kustomization.yaml")[0]
+
+
+@functools.cache
+def shared_config() -> dict[str, str]:
+    """The data of the ConfigMap knowsphere-config as the base generates it."""
+    generators = [g for g in base_kustomization().get("configMapGenerator", []) if g["name"] == CONFIG_MAP]
+    assert len(generators) == 1, f"base must generate the ConfigMap {CONFIG_MAP} once"
+    data: dict[str, str] = {}
+    for env_file in generators[0].get("envs", []):
+        data.update(read_env_file(BASE / env_file))
+    for literal in generators[0].get("literals", []):
+        key, _, value = literal.partition("=")
+        data[key] = value
+    return data
+
+
+def cpu_millis(quantity: str | int | float) -> float:
+    text = str(quantity)
+    return float(text[:-1]) if text.endswith("m") else float(text) * 1000
+
+
+def memory_bytes(quantity: str | int) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    text = str(quantity)
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)
+
+
+# --- one Deployment, Service and ServiceAccount per service ------------------------------------
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_each_service_has_one_deployment_service_and_serviceaccount_named_after_it(name: str) -> None:
+    for kind in ("Deployment", "Service", "ServiceAccount"):
+        found = objects_named(kind, name)
+        assert [f for f, _ in found] == [f"{name}.yaml"], f"{kind} {name}: found in {[f for f, _ in found]}"
+    dep = deployment(name)
+    assert dep["spec"]["selector"]["matchLabels"] == {"app": name}
+    assert dep["spec"]["template"]["metadata"]["labels"]["app"] == name
+    assert pod_spec(name)["serviceAccountName"] == name
+    assert server_container(name)["image"].split(":")[0] == f"knowsphere/{name}"
+    service = objects_named("Service", name)[0][1]
+    assert service["spec"]["selector"] == {"app": name}, "the Service must select the Deployment's pods"
+
+
+def test_base_has_nothing_but_the_services_and_their_accounts() -> None:
+    kinds_and_names = {(o["kind"], o["metadata"]["name"]) for _, o in base_objects()}
+    expected = {(k, n) for n in SERVICES for k in ("Deployment", "Service", "ServiceAccount")}
+    assert kinds_and_names == expected
+
+
+# --- lock-down, resources, shutdown ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_containers_run_non_root_with_read_only_root_and_no_capabilities(name: str) -> None:
+    pod_security = pod_spec(name).get("securityContext", {})
+    for container in pod_spec(name)["containers"]:
+        security = {**pod_security, **container.get("securityContext", {})}
+        where = f"{name}/{container['name']}"
+        assert security.get("runAsNonRoot") is True, f"{where}: runAsNonRoot"
+        assert security.get("runAsUser", 1) != 0, f"{where}: runAsUser 0"
+        assert security.get("readOnlyRootFilesystem") is True, f"{where}: writable root filesystem"
+        assert security.get("allowPrivilegeEscalation") is False, f"{where}: privilege escalation"
+        assert security.get("privileged", False) is False, f"{where}: privileged"
+        assert security.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: capabilities not dropped"
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_container_has_requests_within_limits(name: str) -> None:
+    for container in pod_spec(name)["containers"]:
+        resources = container.get("resources", {})
+        for bound in ("requests", "limits"):
+            for resource in ("cpu", "memory"):
+                assert resource in resources.get(bound, {}), f"{name}: no {bound}.{resource}"
+        assert cpu_millis(resources["requests"]["cpu"]) <= cpu_millis(resources["limits"]["cpu"])
+        assert memory_bytes(resources["requests"]["memory"]) <= memory_bytes(resources["limits"]["memory"])
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_pods_get_30_seconds_to_finish_in_flight_work(name: str) -> None:
+    assert pod_spec(name)["terminationGracePeriodSeconds"] == 30
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_data_dir_and_tmp_are_writable_empty_dirs(name: str) -> None:
+    container = server_container(name)
+    assert env_values(container)[f"KS_{name.upper()}_DATA_DIR"] == "/data"
+    volumes = {v["name"]: v for v in pod_spec(name).get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    for path in ("/data", "/tmp"):
+        assert path in mounts, f"{name}: nothing mounted at {path} on a read-only root filesystem"
+        assert "emptyDir" in volumes[mounts[path]], f"{name}: {path} is not an emptyDir"
+
+
+# --- probes and ports --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_grpc_liveness_probe_on_the_grpc_port(name: str) -> None:
+    container = server_container(name)
+    probe = container.get("livenessProbe", {})
+    assert "grpc" in probe, f"{name}: liveness is not a native gRPC probe: {probe}"
+    assert probe["grpc"]["port"] == GRPC_PORTS[name]
+    assert container_port(container, "grpc") == GRPC_PORTS[name]
+
+
+@pytest.mark.parametrize("name", [s for s in SERVICES if s != "gateway"])
+def test_grpc_readiness_probe_on_the_grpc_port(name: str) -> None:
+    probe = server_container(name).get("readinessProbe", {})
+    assert "grpc" in probe, f"{name}: readiness is not a native gRPC probe: {probe}"
+    assert probe["grpc"]["port"] == GRPC_PORTS[name]
+
+
+def test_gateway_is_ready_when_http_healthz_answers_and_started_when_grpc_answers() -> None:
+    # A container has a single readiness probe: the gateway's checks its public HTTP side, and its
+    # startup probe holds readiness back until the gRPC side answers too.
+    container = server_container("gateway")
+    http_get = container["readinessProbe"]["httpGet"]
+    assert http_get["path"] == "/healthz"
+    assert container_port(container, http_get["port"]) == GATEWAY_HTTP_PORT
+    assert container["startupProbe"]["grpc"]["port"] == GRPC_PORTS["gateway"]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_service_ports_match_container_ports(name: str) -> None:
+    container = server_container(name)
+    service = objects_named("Service", name)[0][1]
+    service_ports = service["spec"]["ports"]
+    for port in service_ports:
+        target = container_port(container, port.get("targetPort", port["port"]))
+        assert port["port"] == target, f"{name}: Service port {port['port']} forwards to {target}"
+    exposed = {p["port"] for p in service_ports}
+    assert exposed == {p["containerPort"] for p in container["ports"]}
+    expected = {GRPC_PORTS[name]} | ({GATEWAY_HTTP_PORT} if name == "gateway" else set())
+    assert exposed == expected
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_service_listens_on_the_port_its_manifest_exposes(name: str) -> None:
+    env = env_values(server_container(name))
+    prefix = f"KS_{name.upper()}_"
+    assert env[prefix + "GRPC_PORT"] == str(GRPC_PORTS[name])
+    assert env[prefix + "GRPC_HOST"] == "0.0.0.0"
+    if name == "gateway":
+        assert env[prefix + "HTTP_PORT"] == str(GATEWAY_HTTP_PORT)
+        assert env[prefix + "HTTP_HOST"] == "0.0.0.0"
+
+
+# --- settings and wiring -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_otel_service_name_is_the_short_name(name: str) -> None:
+    assert env_values(server_container(name))["OTEL_SERVICE_NAME"] == name
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_container_loads_the_shared_config(name: str) -> None:
+    env_from = server_container(name).get("envFrom", [])
+    refs = [e["configMapRef"]["name"] for e in env_from if "configMapRef" in e]
+    assert refs == [CONFIG_MAP]
+
+
+def test_shared_config_wires_each_service_to_exactly_its_peers() -> None:
+    config = shared_config()
+    for name in SERVICES:
+        prefix = f"KS_{name.upper()}_"
+        addrs = {
+            key.removeprefix(prefix).removesuffix("_ADDR").lower(): value
+            for key, value in config.items()
+            if key.startswith(prefix) and key.endswith("_ADDR")
+        }
+        expected = {peer: f"{peer}:{GRPC_PORTS[peer]}" for peer in PEERS.get(name, set())}
+        assert addrs == expected, f"{name}: peer addresses"
+
+
+def test_shared_config_gives_nats_to_its_clients_and_temporal_to_ingestion() -> None:
+    config = shared_config()
+    nats = {k.split("_")[1].lower() for k, v in config.items() if k.endswith("_NATS_URL")}
+    assert nats == NATS_CLIENTS
+    assert all(config[f"KS_{n.upper()}_NATS_URL"].startswith("nats://") for n in NATS_CLIENTS)
+    assert config["KS_INGESTION_TEMPORAL_ADDRESS"]
+    assert config["KS_INGESTION_TEMPORAL_NAMESPACE"]
+    assert not any(k.startswith("OTEL_SERVICE_NAME") for k in config), "the service name is per container"
+
+
+def test_modelhub_reads_master_key_from_its_secret() -> None:
+    env = {e["name"]: e for e in server_container("modelhub")["env"]}
+    secret_ref = env["MASTER_KEY"]["valueFrom"]["secretKeyRef"]
+    assert secret_ref == {"name": "knowsphere-master-key", "key": "MASTER_KEY"}
+
+
+def test_image_user_is_the_user_the_pods_run_as() -> None:
+    users = re.findall(r"^USER\s+(\d+):(\d+)\s*$", DOCKERFILE.read_text(encoding="utf-8"), flags=re.M)
+    assert len(users) == 1, "the Dockerfile must switch once to a numeric USER uid:gid"
+    uid, gid = (int(n) for n in users[0])
+    assert uid != 0
+    for name in SERVICES:
+        security = pod_spec(name)["securityContext"]
+        assert (security["runAsUser"], security["runAsGroup"]) == (uid, gid), name
+
+
+# --- kustomizations ----------------------------------------------------------------------------
+
+
+def local_references(kustomization: dict[str, Any]) -> list[str]:
+    """Every path a kustomization reads from its own folder (remote resources left out)."""
+    refs: list[str] = []
+    refs += kustomization.get("resources", []) + kustomization.get("components", [])
+    refs += kustomization.get("patchesStrategicMerge", [])
+    patches = kustomization.get("patches", []) + kustomization.get("patchesJson6902", [])
+    refs += [p["path"] for p in patches if "path" in p]
+    for generator in kustomization.get("configMapGenerator", []) + kustomization.get("secretGenerator", []):
+        refs += generator.get("envs", []) + ([generator["env"]] if "env" in generator else [])
+        refs += [f.split("=", 1)[-1] for f in generator.get("files", [])]
+    return [r for r in refs if "://" not in r and not r.startswith("github.com/")]
+
+
+def test_base_kustomization_lists_every_file_in_base() -> None:
+    listed = {Path(r).name for r in local_references(base_kustomization())}
+    present = {p.name for p in BASE.iterdir() if p.is_file() and p.name != "kustomization.yaml"}
+    assert present - listed == set(), "files in base that kustomize never reads"
+    assert listed - present == set(), "files listed in base/kustomization.yaml that do not exist"
+
+
+KUSTOMIZATION_DIRS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+
+
+@pytest.mark.parametrize("folder", KUSTOMIZATION_DIRS, ids=lambda p: str(p.relative_to(K8S)))
+def test_kustomization_refers_only_to_files_that_exist(folder: Path) -> None:
+    kustomization = load_yaml_docs(folder / "kustomization.yaml")[0]
+    for ref in local_references(kustomization):
+        target = (folder / ref).resolve()
+        assert target.exists(), f"{folder.relative_to(K8S)}: {ref} does not exist"
+        if target.is_dir():
+            assert (target / "kustomization.yaml").is_file(), f"{ref} has no kustomization.yaml"
+
+
+def test_there_are_dev_and_production_overlays_and_the_three_components() -> None:
+    assert {"dev", "production"} <= set(OVERLAYS)
+    components = {p.name for p in (K8S / "components").iterdir() if (p / "kustomization.yaml").is_file()}
+    assert {"otel-collector", "langfuse", "backends"} <= components
+    for name in components:
+        assert load_yaml_docs(K8S / "components" / name / "kustomization.yaml")[0]["kind"] == "Component"
+
+
+# --- built overlays (needs kustomize or kubectl) -----------------------------------------------
+
+
+def kustomize_command() -> list[str] | None:
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+@functools.cache
+def run_build(overlay: str) -> subprocess.CompletedProcess[str]:
+    """One build per overlay and test run, whether it succeeds or not."""
+    command = kustomize_command()
+    assert command is not None
+    return subprocess.run(
+        [*command, str(K8S / "overlays" / overlay)], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def build(overlay: str) -> list[dict[str, Any]]:
+    if kustomize_command() is None:
+        pytest.skip("neither kustomize nor kubectl is on PATH: overlays not built")
+    result = run_build(overlay)
+    assert result.returncode == 0, f"building overlay {overlay} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def built(overlay: str, kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in build(overlay) if o["kind"] == kind}
+
+
+def built_container(overlay: str, name: str) -> dict[str, Any]:
+    return built(overlay, "Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
+
+
+def built_shared_config(overlay: str) -> dict[str, str]:
+    config_maps = [o for n, o in built(overlay, "ConfigMap").items() if n.startswith(CONFIG_MAP + "-")]
+    assert len(config_maps) == 1, f"{overlay}: expected one generated {CONFIG_MAP}"
+    return config_maps[0]["data"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_builds_with_every_deployment(overlay: str) -> None:
+    assert set(SERVICES) <= set(built(overlay, "Deployment"))
+    config_maps = [n for n in built(overlay, "ConfigMap") if n.startswith(CONFIG_MAP + "-")]
+    assert len(config_maps) == 1
+    for name in SERVICES:
+        env_from = built_container(overlay, name)["envFrom"]
+        assert {"configMapRef": {"name": config_maps[0]}} in env_from, f"{name}: no generated ConfigMap"
+
+
+def test_dev_runs_one_replica_of_everything_with_small_requests() -> None:
+    for name in SERVICES:
+        assert built("dev", "Deployment")[name]["spec"].get("replicas", 1) == 1
+        requests = built_container("dev", name)["resources"]["requests"]
+        assert cpu_millis(requests["cpu"]) <= 100 and memory_bytes(requests["memory"]) <= 256 * 2**20
+
+
+def test_production_keeps_two_replicas_of_the_request_path() -> None:
+    deployments = built("production", "Deployment")
+    hpas = built("production", "HorizontalPodAutoscaler")
+    for name in ("gateway", "conversation", "retrieval"):
+        if name in hpas:
+            assert hpas[name]["spec"]["minReplicas"] >= 2
+        else:
+            assert deployments[name]["spec"].get("replicas", 1) >= 2, f"{name}: fewer than 2 replicas"
+
+
+def test_production_autoscales_conversation() -> None:
+    hpas = built("production", "HorizontalPodAutoscaler")
+    deployments = built("production", "Deployment")
+    for name in ("conversation",):
+        target = hpas[name]["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", name)
+        assert hpas[name]["spec"]["maxReplicas"] > hpas[name]["spec"]["minReplicas"]
+        assert "replicas" not in deployments[name]["spec"], f"{name}: a fixed count fights the autoscaler"
+
+
+def test_production_budgets_cover_every_multi_replica_deployment() -> None:
+    pdbs = built("production", "PodDisruptionBudget")
+    covered = {p["spec"]["selector"]["matchLabels"]["app"] for p in pdbs.values()}
+    assert {"gateway", "conversation", "retrieval"} <= covered
+    single = {n for n, d in built("production", "Deployment").items() if d["spec"].get("replicas", 1) < 2}
+    single -= set(built("production", "HorizontalPodAutoscaler"))
+    assert not covered & single, "a budget on a single replica blocks every node drain"
+
+
+def test_production_exports_telemetry_to_the_collector_it_deploys() -> None:
+    config = built_shared_config("production")
+    endpoint = re.fullmatch(r"https?://([^:/]+):(\d+)", config["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    assert endpoint, f"OTEL_EXPORTER_OTLP_ENDPOINT={config['OTEL_EXPORTER_OTLP_ENDPOINT']!r} is not host:port"
+    host, port = endpoint.groups()
+    service = built("production", "Service")[host]
+    assert int(port) in {p["port"] for p in service["spec"]["ports"]}
+    assert config["OTEL_TRACES_EXPORTER"] == "otlp"
+
+
+def test_production_points_services_at_backends_and_their_secret() -> None:
+    assert built_shared_config("production")["KS_RETRIEVAL_QDRANT_URL"]
+    for name in SERVICES:
+        env_from = built_container("production", name)["envFrom"]
+        assert {"secretRef": {"name": "knowsphere-backends"}} in env_from, name
+
+
+COMPONENTS = sorted(p.parent.name for p in (K8S / "components").glob("*/kustomization.yaml"))
+
+
+@functools.cache
+def run_component_build(component: str) -> subprocess.CompletedProcess[str]:
+    """Base + one component, built once per test run from a throwaway kustomization."""
+    command = kustomize_command()
+    assert command is not None
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        (tmp / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {  # kustomize takes relative folders only
+                    "resources": [os.path.relpath(BASE, tmp)],
+                    "components": [os.path.relpath(K8S / "components" / component, tmp)],
+                }
+            ),
+            encoding="utf-8",
+        )
+        return subprocess.run([*command, str(tmp)], capture_output=True, text=True, timeout=300, check=False)
+
+
+def build_component(component: str) -> list[dict[str, Any]]:
+    if kustomize_command() is None:
+        pytest.skip("neither kustomize nor kubectl is on PATH: components not built")
+    result = run_component_build(component)
+    assert result.returncode == 0, f"base + component {component} does not build:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_component_builds_on_the_base(component: str) -> None:
+    # The langfuse component is in no overlay: this is where a broken patch in it shows.
+    deployments = {o["metadata"]["name"]: o for o in build_component(component) if o["kind"] == "Deployment"}
+    assert set(SERVICES) <= set(deployments)
+    if component == "langfuse":
+        for name in SERVICES:
+            containers = deployments[name]["spec"]["template"]["spec"]["containers"]
+            assert len(containers) == 1, f"{name}: the patch added a container instead of merging"
+            refs = {
+                e["name"]: e["valueFrom"]["secretKeyRef"] for e in containers[0]["env"] if "valueFrom" in e
+            }
+            for key in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY", "LANGFUSE_HOST"):
+                assert refs[key] == {"name": "langfuse", "key": key}, f"{name}: {key}"
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+# Image knowsphere/<name> (any registry prefix, tag or digest): its entrypoint is
+# `python -m knowsphere_<name>` (deploy/docker/Dockerfile, SERVICE=<name>).
+KNOWSPHERE_IMAGE = re.compile(r"(?:^|/)knowsphere/([^/:@]+)(?:[:@].*)?$")
+PYTHON = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)*)?$")
+PYTHON_M_IN_SHELL = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python(?:\d+(?:\.\d+)*)?\s+-m\s+([\w.]+)")
+BUILDS = ["base", *(f"overlays/{o}" for o in OVERLAYS), *(f"components/{c}" for c in COMPONENTS)]
+
+
+def objects_of(source: str) -> list[dict[str, Any]]:
+    """The objects of base as written, of an overlay as built, or of base + a component as built."""
+    if source == "base":
+        return [o for _, o in base_objects()]
+    folder, _, name = source.partition("/")
+    return build(name) if folder == "overlays" else build_component(name)
+
+
+def entrypoint_modules(container: dict[str, Any]) -> list[str]:
+    """The modules a container runs with `python -m`, from its command/args or its image's default."""
+    command = [str(a) for a in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    if not command:
+        image = KNOWSPHERE_IMAGE.search(container.get("image", ""))
+        if image:  # the image's own entrypoint; args are passed on to the service
+            return [f"knowsphere_{image.group(1)}"]
+    argv = command + args if command else args
+    if len(argv) >= 3 and PYTHON.match(argv[0]) and argv[1] == "-m":
+        return [argv[2]]
+    # shell forms such as ["sh", "-c", "exec python -m pkg.mod ..."]
+    return [m for arg in argv for m in PYTHON_M_IN_SHELL.findall(arg)]
+
+
+def runnable_with_python_m(module: str) -> bool:
+    """What `python -m module` needs: the module, and for a package its __main__ submodule."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(f"{module}.__main__")
+    except (ImportError, ValueError):  # a parent package that is missing or not a package
+        return False
+    return spec is not None
+
+
+@pytest.mark.parametrize("source", BUILDS)
+def test_every_container_command_runs_an_existing_module(source: str) -> None:
+    # A Deployment whose entry point does not exist (e.g. a worker module that has not been written
+    # yet) crash-loops as soon as it is applied. The test venv has every service installed editable.
+    checked: dict[str, list[str]] = {}
+    missing = []
+    for obj in objects_of(source):
+        if obj["kind"] != "Deployment":
+            continue
+        spec = obj["spec"]["template"]["spec"]
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            where = f"{obj['metadata']['name']}/{container['name']}"
+            for module in entrypoint_modules(container):
+                checked.setdefault(obj["metadata"]["name"], []).append(module)
+                if not runnable_with_python_m(module):
+                    missing.append(f"{where}: python -m {module}")
+    assert not missing, f"{source}: containers run modules that do not exist: {missing}"
+    assert set(SERVICES) <= set(checked), f"{source}: no entry point found for {set(SERVICES) - set(checked)}"
+    for name in SERVICES:
+        assert f"knowsphere_{name}" in checked[name], f"{source}: {name} does not run knowsphere_{name}"

@@ -1,0 +1,38 @@
+"""The whole stack, started once per session by the same launcher as `make up`.
+
+Every port is a free one, the data lives in a temporary folder, and every service exports its
+spans over OTLP/HTTP to an in-test receiver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from knowsphere_stack import Stack, StackConfig
+
+from .otlp_receiver import OtlpReceiver
+
+
+@pytest.fixture(scope="session")
+def otlp() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Iterator[Stack]:
+    config = StackConfig.with_free_ports(
+        data_dir=tmp_path_factory.mktemp("stack"),
+        temporal_headless=True,
+        extra_env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        },
+    )
+    with Stack(config) as running:
+        yield running
