@@ -11,6 +11,8 @@ PACKAGES := libs/telemetry libs/contracts libs/runtime \
 	services/memory services/toolrunner services/modelhub deploy/local
 PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
+# The contracts are checked for breaking changes against this git ref.
+PROTO_BASE ?= main
 
 .PHONY: setup up down status test test-fast lint proto asyncapi clean help
 
@@ -19,7 +21,7 @@ help:
 	@echo "make down     stop what 'make up' started"
 	@echo "make status   show each component, pid, port and health"
 	@echo "make test     run every test (unit, integration, contract, end to end)"
-	@echo "make lint     ruff, mypy and buf lint"
+	@echo "make lint     ruff, mypy, buf lint and buf breaking (against PROTO_BASE=main)"
 	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
 	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
 
@@ -49,6 +51,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	cd proto && ../$(VENV)/bin/buf lint
 	cd proto && ../$(VENV)/bin/buf build
+	@if git rev-parse --verify -q $(PROTO_BASE) >/dev/null; then \
+		echo "buf breaking against $(PROTO_BASE)"; \
+		cd proto && ../$(VENV)/bin/buf breaking --against '../.git#ref=$(PROTO_BASE),subdir=proto'; \
+	else echo "buf breaking skipped: no $(PROTO_BASE) to compare with"; fi
 
 proto: $(STAMP)
 	$(PY) tools/gen_proto.py --out libs/contracts/src

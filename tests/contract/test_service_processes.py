@@ -78,3 +78,16 @@ def test_service_serves_health_and_stops_cleanly_on_sigterm(name, tmp_path, nats
     output = process.stdout.read().decode() if process.stdout else ""
     assert code == 0, output
     assert '"event": "stopping"' in output
+
+
+def test_bad_telemetry_variable_stops_the_service_with_the_variable_named(tmp_path):
+    env = _clean_env() | {
+        "KS_MEMORY_DATA_DIR": str(tmp_path),
+        "KS_MEMORY_GRPC_PORT": str(free_port()),
+        "OTEL_TRACES_EXPORTER": "jaeger",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "knowsphere_memory"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "OTEL_TRACES_EXPORTER='jaeger'" in done.stderr

@@ -74,7 +74,7 @@ def test_a_pending_rpc_names_its_capability_over_the_real_service(stack):
 
 
 def test_chat_request_is_validated_with_the_field_named(stack):
-    response = httpx.post(f"{stack.gateway_url}/v1/chat/turns", json={"message": ""}, timeout=10)
+    response = httpx.post(f"{stack.gateway_url}/api/v1/chat/turns", json={"message": ""}, timeout=10)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "message"
 
@@ -83,7 +83,7 @@ def test_one_trace_crosses_every_hop_with_correct_links(stack, otlp):
     trace_id = secrets.token_hex(16)
     caller_span = secrets.token_hex(8)
     response = httpx.post(
-        f"{stack.gateway_url}/v1/chat/turns",
+        f"{stack.gateway_url}/api/v1/chat/turns",
         json={"message": "What does the handbook say about leave?", "knowledge_base_ids": ["kb-1"]},
         headers={"traceparent": f"00-{trace_id}-{caller_span}-01"},
         timeout=30,
@@ -119,7 +119,7 @@ def test_one_trace_crosses_every_hop_with_correct_links(stack, otlp):
             chain.append(span)
         return chain
 
-    http_server = one("gateway", "SERVER", "/v1/chat/turns")
+    http_server = one("gateway", "SERVER", "/api/v1/chat/turns")
     assert http_server.parent_span_id == caller_span
     publish = one("gateway", "PRODUCER", "ks.chat.request.v1 publish")
     assert http_server in ancestors(publish)

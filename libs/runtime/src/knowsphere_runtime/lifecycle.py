@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -18,6 +19,7 @@ import structlog
 from knowsphere_runtime.identity import identity_log_fields
 from knowsphere_runtime.settings import ServiceSettings
 from knowsphere_telemetry import TracingHandle, configure_logging, configure_tracing
+from knowsphere_telemetry.tracing import TelemetryConfigError
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +79,11 @@ def run_service(
     build: Callable[[], Sequence[Component]],
 ) -> None:
     """Entry point body for ``python -m knowsphere_<service>``."""
-    tracing = setup_telemetry(service, settings.log_level)
+    try:
+        tracing = setup_telemetry(service, settings.log_level)
+    except TelemetryConfigError as error:
+        print(f"invalid telemetry configuration: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     async def main() -> None:
         await serve(build(), grace=settings.shutdown_grace_seconds)

@@ -88,7 +88,7 @@ def create_app(ctx: GatewayContext) -> FastAPI:
         return JSONResponse(report.model_dump(), status_code=200 if healthy else 503)
 
     @app.post(
-        "/v1/chat/turns",
+        "/api/v1/chat/turns",
         response_class=EventSourceResponse,
         tags=["chat"],
         responses={200: {"description": "the turn's events; the last one is `completed` or `error`"}},
