@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
-.PHONY: setup up down status test test-fast lint proto asyncapi clean help
+.PHONY: setup up down status test lint proto asyncapi bench-embed clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -24,6 +24,7 @@ help:
 	@echo "make lint     ruff, mypy, buf lint and buf breaking (against PROTO_BASE=main)"
 	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
 	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
+	@echo "make bench-embed  local embedding throughput and query latency (last line: JSON)"
 
 setup: $(STAMP)
 
@@ -58,6 +59,9 @@ lint: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) tools/gen_proto.py --out libs/contracts/src
+
+bench-embed: $(STAMP)
+	$(PY) services/modelhub/bench/bench_embed.py $(BENCH_ARGS)
 
 asyncapi: $(STAMP)
 	$(PY) tools/gen_asyncapi.py --out docs/asyncapi.yaml

@@ -18,7 +18,7 @@ SERVICES = ["gateway", "conversation", "retrieval", "ingestion", "memory", "tool
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith("KS_") and not k.startswith("MASTER_KEY")}
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -59,6 +59,8 @@ def test_service_serves_health_and_stops_cleanly_on_sigterm(name, tmp_path, nats
         f"{prefix}DATA_DIR": str(tmp_path),
         f"{prefix}NATS_URL": nats_url,
         "OTEL_SDK_DISABLED": "true",
+        "MASTER_KEY": "test-master-key-0123456789abcdef",
+        "KS_MODELHUB_LOCAL_EMBEDDING_ENABLED": "false",
     }
     for peer in ("RETRIEVAL", "MEMORY", "TOOLRUNNER", "MODELHUB"):
         env[f"{prefix}{peer}_ADDR"] = f"127.0.0.1:{free_port()}"
@@ -91,3 +93,30 @@ def test_bad_telemetry_variable_stops_the_service_with_the_variable_named(tmp_pa
     )
     assert done.returncode == 2, done.stderr
     assert "OTEL_TRACES_EXPORTER='jaeger'" in done.stderr
+
+
+def test_modelhub_refuses_to_start_without_or_with_a_wrong_master_key(tmp_path):
+    base = _clean_env() | {
+        "KS_MODELHUB_DATA_DIR": str(tmp_path),
+        "KS_MODELHUB_GRPC_PORT": str(free_port()),
+        "KS_MODELHUB_LOCAL_EMBEDDING_ENABLED": "false",
+        "OTEL_SDK_DISABLED": "true",
+    }
+    command = [sys.executable, "-m", "knowsphere_modelhub"]
+    missing = subprocess.run(command, env=base, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2
+    assert "MASTER_KEY is required but not set" in missing.stderr
+
+    # First start records a check value encrypted with this key; stop it once it serves.
+    port = int(base["KS_MODELHUB_GRPC_PORT"])
+    first = subprocess.Popen(command, env=base | {"MASTER_KEY": "the-right-master-key-123456"})
+    try:
+        _wait_serving(port)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+
+    wrong_key = base | {"MASTER_KEY": "a-different-master-key-999"}
+    wrong = subprocess.run(command, env=wrong_key, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2
+    assert "MASTER_KEY does not match" in wrong.stderr

@@ -43,3 +43,23 @@ def test_values_come_from_prefixed_environment(monkeypatch, tmp_path):
     assert settings.nats_url == "nats://127.0.0.1:4322"
     assert settings.grpc_bind == "0.0.0.0:7499"
     assert settings.data_dir == tmp_path
+
+
+def test_secret_values_are_not_echoed_in_errors(monkeypatch, tmp_path):
+    from pydantic import AliasChoices, SecretStr
+
+    class KeyedSettings(ServiceSettings):
+        model_config = SettingsConfigDict(env_prefix="KS_DEMO_", extra="ignore", frozen=True)
+
+        grpc_port: int = 7499
+        master_key: SecretStr = Field(validation_alias=AliasChoices("MASTER_KEY"), min_length=16)
+
+    monkeypatch.setenv("KS_DEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MASTER_KEY", "short-secret")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(KeyedSettings)
+    assert "MASTER_KEY (value hidden)" in str(raised.value)
+    assert "short-secret" not in str(raised.value)
+    monkeypatch.delenv("MASTER_KEY")
+    with pytest.raises(SettingsError, match="MASTER_KEY is required but not set"):
+        load_settings(KeyedSettings)

@@ -24,6 +24,13 @@ from knowsphere_telemetry.tracing import TelemetryConfigError
 log = structlog.get_logger(__name__)
 
 
+class StartupError(Exception):
+    """A component cannot start for a reason the operator must fix (bad key, unreachable store).
+
+    :func:`run_service` prints the message and exits with status 2 instead of a traceback.
+    """
+
+
 class Component(Protocol):
     """Something a service starts and stops: a gRPC server, a broker, an HTTP server, a worker."""
 
@@ -90,6 +97,10 @@ def run_service(
 
     try:
         asyncio.run(main())
+    except StartupError as error:
+        log.error("start-up failed", reason=str(error))
+        print(f"{service}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     finally:
         tracing.shutdown()
 

@@ -46,14 +46,21 @@ class ServiceSettings(BaseSettings):
         return f"{self.grpc_host}:{self.grpc_port}"
 
 
+def _is_secret(variable: str) -> bool:
+    return any(word in variable for word in ("KEY", "SECRET", "PASSWORD", "TOKEN"))
+
+
 def describe_errors(cls: type[BaseSettings], error: ValidationError) -> str:
     prefix = str(cls.model_config.get("env_prefix", ""))
     lines = [f"invalid configuration for {cls.__module__}.{cls.__name__}:"]
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"])
-        variable = f"{prefix}{field}".upper()
+        # A field read through an alias (e.g. MASTER_KEY) is reported under that exact name.
+        variable = (f"{prefix}{field}" if field in cls.model_fields else field).upper()
         if item["type"] == "missing":
             lines.append(f"  {variable} is required but not set")
+        elif _is_secret(variable):
+            lines.append(f"  {variable} (value hidden): {item['msg']}")
         else:
             lines.append(f"  {variable}={item.get('input')!r}: {item['msg']}")
     return "\n".join(lines)

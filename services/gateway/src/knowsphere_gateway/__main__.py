@@ -49,6 +49,7 @@ def main() -> None:
                 chat_turn_timeout=settings.chat_turn_timeout_seconds,
                 default_identity=Identity(settings.default_tenant_id, settings.default_user_id),
                 trust_identity_headers=settings.trust_identity_headers,
+                modelhub=CONTRACTS["modelhub"].stub(channels["modelhub"]),
             )
         )
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")

@@ -1,24 +1,62 @@
-"""Wiring of the modelhub service: settings, gRPC server, lifecycle. No logic lives here."""
+"""Wiring of the modelhub service: store, key ring, registry, provider adapters, gRPC server."""
+
+import os
 
 from knowsphere_modelhub import SERVICE_NAME
-from knowsphere_modelhub.api.grpc import build_binding
+from knowsphere_modelhub.adapters.anthropic import AnthropicAdapter
+from knowsphere_modelhub.adapters.http import ProviderHttp
+from knowsphere_modelhub.adapters.local_embedding import LocalEmbeddingAdapter
+from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
+from knowsphere_modelhub.adapters.sql_store import SqlModelStore
+from knowsphere_modelhub.api.grpc import ModelHubServicer, build_binding
+from knowsphere_modelhub.core import ModelHubCore
+from knowsphere_modelhub.domain.providers import PROVIDERS
+from knowsphere_modelhub.domain.registry import Registry
+from knowsphere_modelhub.domain.secrets import KeyRing
 from knowsphere_modelhub.settings import Settings
-from knowsphere_runtime.lifecycle import Component, run_service
+from knowsphere_runtime.lifecycle import Component, StartupError, run_service
 from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
+from knowsphere_telemetry import build_llm_observer
 
 
 def main() -> None:
     settings = load_settings(Settings)
 
     def build() -> list[Component]:
+        store = SqlModelStore(settings.sqlalchemy_url())
+        keyring = KeyRing.from_strings(settings.master_key.get_secret_value(), settings.master_key_previous)
+        try:
+            registry = Registry(store, keyring, PROVIDERS, os.environ)
+        except ValueError as error:  # a malformed KS_MODELHUB_<TYPE>_* fallback
+            raise StartupError(str(error)) from error
+        http = ProviderHttp.from_settings(settings)
+        local = LocalEmbeddingAdapter(
+            batch_size=settings.local_embedding_batch, threads=settings.local_embedding_threads or None
+        )
+        adapters = {
+            "openai": OpenAICompatibleAdapter(
+                http,
+                PROVIDERS,
+                max_image_bytes=settings.max_image_bytes,
+                max_audio_bytes=settings.max_audio_bytes,
+            ),
+            "anthropic": AnthropicAdapter(http, PROVIDERS, max_image_bytes=settings.max_image_bytes),
+            "local": local,
+        }
+        core = ModelHubCore(settings, store, keyring, registry, local, list(adapters.values()))
+        servicer = ModelHubServicer(registry, adapters, settings, build_llm_observer())
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding()],
+            bindings=[build_binding(servicer)],
             grace=settings.shutdown_grace_seconds,
+            options=[
+                ("grpc.max_receive_message_length", settings.max_audio_bytes + 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ],
         )
-        return [server]
+        return [core, server]
 
     run_service(SERVICE_NAME, settings, build)
 

@@ -1,6 +1,10 @@
-"""Settings of the modelhub service (environment variables prefixed ``KS_MODELHUB_``)."""
+"""Settings of the modelhub service (environment variables prefixed ``KS_MODELHUB_``).
 
-from pydantic import Field
+``MASTER_KEY`` (no prefix) encrypts provider API keys; ``MASTER_KEY_PREVIOUS`` (comma-separated)
+lists keys that older records may still be encrypted with, for rotation.
+"""
+
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from knowsphere_runtime.settings import ServiceSettings
@@ -10,3 +14,37 @@ class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="KS_MODELHUB_", extra="ignore", frozen=True)
 
     grpc_port: int = Field(default=7416, ge=1, le=65535)
+    master_key: SecretStr = Field(
+        validation_alias=AliasChoices("MASTER_KEY", "KS_MODELHUB_MASTER_KEY"),
+        min_length=16,
+        description="secret from which the key-encryption key is derived",
+    )
+    master_key_previous: str = Field(
+        default="",
+        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_MODELHUB_MASTER_KEY_PREVIOUS"),
+        description="comma-separated earlier master keys, for rotation",
+    )
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy async URL; empty = SQLite at <data_dir>/modelhub.db",
+    )
+    max_embed_batch: int = Field(default=256, ge=1, description="texts per Embed call")
+    max_rerank_documents: int = Field(default=500, ge=1, description="documents per Rerank call")
+    max_decide_labels: int = Field(default=26, ge=2, description="labels per Decide call")
+    max_image_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    max_audio_bytes: int = Field(default=25 * 1024 * 1024, ge=1)
+    provider_timeout_seconds: float = Field(default=60.0, gt=0)
+    provider_max_retries: int = Field(default=3, ge=0, description="retries on 429, 5xx and timeouts")
+    provider_backoff_seconds: float = Field(
+        default=0.5, gt=0, description="first retry delay, doubled each time"
+    )
+    provider_concurrency: int = Field(default=16, ge=1, description="concurrent calls per provider")
+    local_embedding_enabled: bool = Field(
+        default=True, description="register the built-in CPU embedding model"
+    )
+    local_embedding_batch: int = Field(default=32, ge=1)
+    local_embedding_threads: int = Field(default=0, ge=0, description="0 = one per available CPU")
+    default_language: str = Field(default="en", description="language of error messages without a hint")
+
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/modelhub.db"

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import structlog
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
@@ -23,6 +23,8 @@ from knowsphere_contracts.events import (
     ChatTurnEvent,
     TurnEventKind,
 )
+from knowsphere_gateway.api.errors import install_error_handler
+from knowsphere_gateway.api.models import build_models_router
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity
 
 log = structlog.get_logger(__name__)
@@ -40,6 +42,7 @@ class GatewayContext:
     chat_turn_timeout: float
     default_identity: Identity
     trust_identity_headers: bool
+    modelhub: Any = None  # ModelHubServiceStub
 
 
 class ChatTurnRequest(BaseModel):
@@ -62,6 +65,7 @@ def create_app(ctx: GatewayContext) -> FastAPI:
         summary="Enterprise knowledge base: ask questions, get answers that cite their sources.",
         version="0.1.0",
     )
+    install_error_handler(app)
 
     def caller(
         x_ks_tenant_id: Annotated[str | None, Header()] = None,
@@ -73,6 +77,8 @@ def create_app(ctx: GatewayContext) -> FastAPI:
             return Identity(tenant_id=x_ks_tenant_id or "", user_id=x_ks_user_id or "")
         except IdentityError as error:
             raise HTTPException(status_code=400, detail=f"identity headers: {error}") from error
+
+    app.include_router(build_models_router(lambda: ctx.modelhub, caller))
 
     @app.get("/healthz", response_model=HealthReport, tags=["operations"])
     async def healthz() -> JSONResponse:

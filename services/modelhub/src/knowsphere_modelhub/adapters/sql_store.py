@@ -1,0 +1,525 @@
+"""The registry's persistence on SQLAlchemy 2 async: SQLite (aiosqlite) by default, PostgreSQL (asyncpg).
+
+Tables: ``models`` (one row per record; types as a comma-separated list of type names, parameters as
+JSON, the API key only as ciphertext), ``model_defaults`` (tenant, type name → model id),
+``model_usages`` (tenant, model, consumer) and ``settings`` (key/value). Tables are created on
+:meth:`SqlModelStore.open`. Every query filters by tenant: a tenant sees its rows plus the built-in
+rows (``tenant_id = ''``). Foreign keys from defaults and usages to models make a delete of a model
+that is still referenced fail even when two requests race.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import builtins
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    ColumnElement,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    case,
+    delete,
+    event,
+    exists,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.types import TypeDecorator
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_modelhub.adapters.ports import ModelReferenced, Page, StoredKey, Usage
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, type_name
+
+# How long a SQLite writer waits for another writer's lock before failing.
+SQLITE_BUSY_TIMEOUT_MS = 5000
+PAGE_TOKEN_VERSION = 1
+TYPE_SEPARATOR = ","
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text, sorted as text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("datetimes stored by modelhub must be timezone-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+models = Table(
+    "models",
+    metadata,
+    Column("id", String(), primary_key=True),
+    Column("tenant_id", String(), nullable=False),
+    Column("display_name", Text, nullable=False),
+    Column("provider_id", String(), nullable=False),
+    Column("model_name", Text, nullable=False),
+    Column("types", Text, nullable=False),
+    Column("base_url", Text, nullable=False),
+    Column("parameters", Text, nullable=False),
+    Column("api_key_ciphertext", Text, nullable=True),
+    Column("api_key_hint", Text, nullable=False),
+    Column("builtin", Boolean, nullable=False),
+    Column("description", Text, nullable=False),
+    Column("create_time", UtcDateTime, nullable=False),
+    Column("update_time", UtcDateTime, nullable=False),
+    Index("ix_models_tenant_order", "tenant_id", "create_time", "id"),
+)
+
+model_defaults = Table(
+    "model_defaults",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("model_type", String(), primary_key=True),
+    Column("model_id", String(), ForeignKey("models.id"), nullable=False),
+    Index("ix_model_defaults_model", "model_id"),
+)
+
+model_usages = Table(
+    "model_usages",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("model_id", String(), ForeignKey("models.id"), primary_key=True),
+    Column("consumer_kind", Integer, primary_key=True),
+    Column("consumer_id", String(), primary_key=True),
+    Column("consumer_name", Text, nullable=False),
+    Column("create_time", UtcDateTime, nullable=False),
+    Index("ix_model_usages_model", "model_id"),
+)
+
+settings = Table(
+    "settings",
+    metadata,
+    Column("key", String(), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+# Columns an update or a built-in upsert may change (never id, tenant, builtin or create_time).
+_MUTABLE = (
+    "display_name",
+    "provider_id",
+    "model_name",
+    "types",
+    "base_url",
+    "parameters",
+    "api_key_ciphertext",
+    "api_key_hint",
+    "description",
+    "update_time",
+)
+
+# Built-in rows sort before the tenant's own.
+_rank = case((models.c.tenant_id == "", 0), else_=1)
+
+
+def _types_text(types: frozenset[int]) -> str:
+    return TYPE_SEPARATOR.join(type_name(t) for t in sorted(types))
+
+
+def _types_from_text(text: str) -> frozenset[int]:
+    return frozenset(
+        pb.ModelType.Value(f"MODEL_TYPE_{name.upper()}") for name in text.split(TYPE_SEPARATOR) if name
+    )
+
+
+def _type_from_name(name: str) -> int:
+    return int(pb.ModelType.Value(f"MODEL_TYPE_{name.upper()}"))
+
+
+def _params_json(params: ModelParams) -> str:
+    data: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("temperature", params.temperature),
+            ("max_tokens", params.max_tokens),
+            ("context_window", params.context_window),
+            ("embedding_dimension", params.embedding_dimension),
+        )
+        if value is not None
+    }
+    if params.extra:
+        data["extra"] = params.extra
+    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+
+def _params_from_json(text: str) -> ModelParams:
+    data = json.loads(text) if text else {}
+    return ModelParams(
+        temperature=data.get("temperature"),
+        max_tokens=data.get("max_tokens"),
+        context_window=data.get("context_window"),
+        embedding_dimension=data.get("embedding_dimension"),
+        extra=dict(data.get("extra") or {}),
+    )
+
+
+def _row(record: ModelRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "tenant_id": record.tenant_id,
+        "display_name": record.display_name,
+        "provider_id": record.provider_id,
+        "model_name": record.model_name,
+        "types": _types_text(record.types),
+        "base_url": record.base_url,
+        "parameters": _params_json(record.parameters),
+        "api_key_ciphertext": record.api_key_ciphertext,
+        "api_key_hint": record.api_key_hint,
+        "builtin": record.builtin,
+        "description": record.description,
+        "create_time": record.create_time,
+        "update_time": record.update_time,
+    }
+
+
+def _record(row: Any) -> ModelRecord:
+    return ModelRecord(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        display_name=row.display_name,
+        provider_id=row.provider_id,
+        model_name=row.model_name,
+        types=_types_from_text(row.types),
+        base_url=row.base_url,
+        parameters=_params_from_json(row.parameters),
+        api_key_ciphertext=row.api_key_ciphertext,
+        api_key_hint=row.api_key_hint,
+        builtin=bool(row.builtin),
+        description=row.description,
+        create_time=row.create_time,
+        update_time=row.update_time,
+    )
+
+
+def _visible(tenant_id: str) -> ColumnElement[bool]:
+    return or_(models.c.tenant_id == tenant_id, models.c.tenant_id == "")
+
+
+def _filter_key(model_type: int | None, provider_id: str | None) -> str:
+    return f"{model_type or ''}|{provider_id or ''}"
+
+
+def _encode_token(record: ModelRecord, filter_key: str) -> str:
+    data = {
+        "v": PAGE_TOKEN_VERSION,
+        "r": 0 if record.tenant_id == "" else 1,
+        "t": record.create_time.astimezone(UTC).isoformat(),
+        "i": record.id,
+        "f": filter_key,
+    }
+    return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _decode_token(token: str, filter_key: str) -> tuple[int, datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw)
+        if data["v"] != PAGE_TOKEN_VERSION:
+            raise ValueError("page token of another version")
+        rank, after_time, after_id = int(data["r"]), datetime.fromisoformat(data["t"]), str(data["i"])
+        given_filter = data["f"]
+    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+        raise ValueError("page_token is not a token returned by a previous list call") from exc
+    if given_filter != filter_key:
+        raise ValueError("page_token was returned for other filters (type or provider) than this call's")
+    if after_time.tzinfo is None:
+        raise ValueError("page_token is not a token returned by a previous list call")
+    return rank, after_time, after_id
+
+
+class SqlModelStore:
+    """:class:`~knowsphere_modelhub.adapters.ports.ModelStore` on a SQLAlchemy async URL."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._engine: AsyncEngine | None = None
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    async def open(self) -> None:
+        """Connect and create the tables that do not exist yet (SQLite: in WAL mode)."""
+        url = make_url(self._url)
+        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(self._url)
+        if engine.dialect.name == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+        self._engine = engine
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    @property
+    def _db(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError("SqlModelStore.open() has not been awaited")
+        return self._engine
+
+    def _insert(self, table: Table) -> Any:
+        """INSERT with ON CONFLICT support for this backend."""
+        if self._db.dialect.name == "postgresql":
+            return postgresql.insert(table)
+        return sqlite.insert(table)
+
+    # --- models -----------------------------------------------------------------------------------
+
+    async def create(self, record: ModelRecord) -> None:
+        async with self._db.begin() as conn:
+            await conn.execute(models.insert().values(_row(record)))
+
+    async def get(self, tenant_id: str, model_id: str) -> ModelRecord | None:
+        async with self._db.connect() as conn:
+            row = (
+                await conn.execute(select(models).where(models.c.id == model_id, _visible(tenant_id)))
+            ).first()
+        return _record(row) if row is not None else None
+
+    async def list(
+        self,
+        tenant_id: str,
+        *,
+        model_type: int | None,
+        provider_id: str | None,
+        page_size: int,
+        page_token: str,
+    ) -> Page:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        filter_key = _filter_key(model_type, provider_id)
+        query = select(models).where(_visible(tenant_id))
+        if model_type:
+            # ",embedding,knowledge_qa," contains ",knowledge_qa," (autoescape: "_" is a LIKE wildcard).
+            wrapped = literal(TYPE_SEPARATOR) + models.c.types + literal(TYPE_SEPARATOR)
+            query = query.where(wrapped.contains(f",{type_name(model_type)},", autoescape=True))
+        if provider_id:
+            query = query.where(models.c.provider_id == provider_id)
+        if page_token:
+            rank, after_time, after_id = _decode_token(page_token, filter_key)
+            query = query.where(
+                or_(
+                    _rank > rank,
+                    and_(_rank == rank, models.c.create_time > after_time),
+                    and_(_rank == rank, models.c.create_time == after_time, models.c.id > after_id),
+                )
+            )
+        query = query.order_by(_rank, models.c.create_time, models.c.id).limit(page_size + 1)
+        async with self._db.connect() as conn:
+            records = [_record(row) for row in (await conn.execute(query)).all()]
+        if len(records) <= page_size:
+            return Page(records=records, next_page_token="")
+        records = records[:page_size]
+        return Page(records=records, next_page_token=_encode_token(records[-1], filter_key))
+
+    async def update(self, record: ModelRecord) -> None:
+        values = {key: value for key, value in _row(record).items() if key in _MUTABLE}
+        statement = (
+            update(models)
+            .where(models.c.id == record.id, models.c.tenant_id == record.tenant_id, models.c.tenant_id != "")
+            .values(values)
+        )
+        async with self._db.begin() as conn:
+            result = await conn.execute(statement)
+        if result.rowcount == 0:
+            raise LookupError(f"tenant {record.tenant_id!r} has no model {record.id!r}")
+
+    async def delete(self, tenant_id: str, model_id: str) -> bool:
+        try:
+            async with self._db.begin() as conn:
+                if await self._referenced(conn, model_id):
+                    raise ModelReferenced(f"model {model_id} is still a default or in use")
+                result = await conn.execute(
+                    delete(models).where(models.c.id == model_id, models.c.tenant_id == tenant_id)
+                )
+        except IntegrityError as exc:
+            # A default or usage was added between the check and the delete.
+            raise ModelReferenced(f"model {model_id} is still a default or in use") from exc
+        return bool(result.rowcount)
+
+    @staticmethod
+    async def _referenced(conn: AsyncConnection, model_id: str) -> bool:
+        query = select(
+            or_(
+                exists().where(model_defaults.c.model_id == model_id),
+                exists().where(model_usages.c.model_id == model_id),
+            )
+        )
+        return bool((await conn.execute(query)).scalar())
+
+    async def upsert_builtin(self, record: ModelRecord) -> None:
+        if record.tenant_id != "" or not record.builtin:
+            raise ValueError("upsert_builtin takes built-in records (builtin=True, tenant_id='') only")
+        statement = self._insert(models).values(_row(record))
+        statement = statement.on_conflict_do_update(
+            index_elements=[models.c.id],
+            set_={key: statement.excluded[key] for key in _MUTABLE},
+            where=models.c.tenant_id == "",
+        )
+        async with self._db.begin() as conn:
+            result = await conn.execute(statement)
+        if result.rowcount == 0:
+            raise ValueError(f"model id {record.id!r} is taken by a tenant's model")
+
+    # --- defaults ---------------------------------------------------------------------------------
+
+    async def set_default(self, tenant_id: str, model_type: int, model_id: str) -> None:
+        key = (model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type))
+        async with self._db.begin() as conn:
+            if not model_id:
+                await conn.execute(delete(model_defaults).where(*key))
+                return
+            statement = self._insert(model_defaults).values(
+                tenant_id=tenant_id, model_type=type_name(model_type), model_id=model_id
+            )
+            statement = statement.on_conflict_do_update(
+                index_elements=[model_defaults.c.tenant_id, model_defaults.c.model_type],
+                set_={"model_id": statement.excluded.model_id},
+            )
+            await conn.execute(statement)
+
+    async def get_default(self, tenant_id: str, model_type: int) -> str | None:
+        query = select(model_defaults.c.model_id).where(
+            model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type)
+        )
+        async with self._db.connect() as conn:
+            value = (await conn.execute(query)).scalar()
+        return str(value) if value is not None else None
+
+    async def defaults_of(self, tenant_id: str, model_id: str) -> builtins.list[int]:
+        query = select(model_defaults.c.model_type).where(
+            model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_id == model_id
+        )
+        async with self._db.connect() as conn:
+            names = (await conn.execute(query)).scalars().all()
+        return sorted(_type_from_name(name) for name in names)
+
+    # --- usages -----------------------------------------------------------------------------------
+
+    async def put_usage(self, tenant_id: str, usage: Usage) -> None:
+        statement = self._insert(model_usages).values(
+            tenant_id=tenant_id,
+            model_id=usage.model_id,
+            consumer_kind=usage.consumer_kind,
+            consumer_id=usage.consumer_id,
+            consumer_name=usage.consumer_name,
+            create_time=datetime.now(UTC),
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[
+                model_usages.c.tenant_id,
+                model_usages.c.model_id,
+                model_usages.c.consumer_kind,
+                model_usages.c.consumer_id,
+            ],
+            set_={"consumer_name": statement.excluded.consumer_name},
+        )
+        async with self._db.begin() as conn:
+            await conn.execute(statement)
+
+    async def delete_usage(self, tenant_id: str, model_id: str, consumer_kind: int, consumer_id: str) -> bool:
+        statement = delete(model_usages).where(
+            model_usages.c.tenant_id == tenant_id,
+            model_usages.c.model_id == model_id,
+            model_usages.c.consumer_kind == consumer_kind,
+            model_usages.c.consumer_id == consumer_id,
+        )
+        async with self._db.begin() as conn:
+            result = await conn.execute(statement)
+        return bool(result.rowcount)
+
+    async def list_usages(self, tenant_id: str, model_id: str) -> builtins.list[Usage]:
+        query = (
+            select(model_usages)
+            .where(model_usages.c.tenant_id == tenant_id, model_usages.c.model_id == model_id)
+            .order_by(model_usages.c.create_time, model_usages.c.consumer_kind, model_usages.c.consumer_id)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Usage(row.model_id, row.consumer_kind, row.consumer_id, row.consumer_name) for row in rows]
+
+    # --- settings and key rotation ----------------------------------------------------------------
+
+    async def get_setting(self, key: str) -> str | None:
+        async with self._db.connect() as conn:
+            value = (await conn.execute(select(settings.c.value).where(settings.c.key == key))).scalar()
+        return str(value) if value is not None else None
+
+    async def put_setting(self, key: str, value: str) -> None:
+        statement = self._insert(settings).values(key=key, value=value)
+        statement = statement.on_conflict_do_update(
+            index_elements=[settings.c.key], set_={"value": statement.excluded.value}
+        )
+        async with self._db.begin() as conn:
+            await conn.execute(statement)
+
+    async def list_api_keys(self) -> builtins.list[StoredKey]:
+        query = (
+            select(models.c.tenant_id, models.c.id, models.c.api_key_ciphertext)
+            .where(models.c.api_key_ciphertext.is_not(None))
+            .order_by(models.c.id)
+        )
+        async with self._db.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            StoredKey(tenant_id=row.tenant_id, model_id=row.id, ciphertext=row.api_key_ciphertext)
+            for row in rows
+        ]
+
+    async def replace_api_key(self, model_id: str, old_ciphertext: str, new_ciphertext: str) -> bool:
+        statement = (
+            update(models)
+            .where(models.c.id == model_id, models.c.api_key_ciphertext == old_ciphertext)
+            .values(api_key_ciphertext=new_ciphertext)
+        )
+        async with self._db.begin() as conn:
+            result = await conn.execute(statement)
+        return bool(result.rowcount)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """Per connection: WAL (readers do not block the writer), enforced foreign keys, a busy timeout."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()

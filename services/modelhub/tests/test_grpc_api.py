@@ -1,0 +1,175 @@
+"""modelhub's gRPC API in-process: a real grpc.aio server, SQLite store and the scripted provider.
+
+What a caller notices: errors arrive as gRPC statuses carrying ModelErrorDetail in the caller's
+language; each model call is one span with the GenAI attributes and its retries as events; Decide
+reports which path it used.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_status import rpc_status
+from knowsphere_modelhub.adapters.http import ProviderHttp
+from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
+from knowsphere_modelhub.adapters.sql_store import SqlModelStore
+from knowsphere_modelhub.api.grpc import ModelHubServicer, build_binding
+from knowsphere_modelhub.domain.providers import PROVIDERS
+from knowsphere_modelhub.domain.registry import Registry
+from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
+from knowsphere_modelhub.settings import Settings
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.rpc import GrpcServer, open_channel
+from knowsphere_telemetry.langfuse import NoopLlmObserver
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scripted_provider import Reply, ScriptedProvider, openai_text_stream
+
+TENANT = Identity("acme", "alice")
+
+
+@pytest.fixture(scope="module")
+def provider():  # type: ignore[no-untyped-def]
+    server = ScriptedProvider()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def hub(tmp_path, provider) -> AsyncIterator[tuple[object, ScriptedProvider]]:  # type: ignore[no-untyped-def]
+    settings = Settings(
+        data_dir=tmp_path,
+        master_key="unit-test-master-key-0123456789",  # type: ignore[arg-type]
+        provider_backoff_seconds=0.01,
+        provider_timeout_seconds=5,
+    )
+    store = SqlModelStore(settings.sqlalchemy_url())
+    await store.open()
+    keyring = KeyRing.from_strings(settings.master_key.get_secret_value())
+    await verify_master_key(store, keyring)
+    registry = Registry(store, keyring, PROVIDERS, {})
+    http = ProviderHttp.from_settings(settings)
+    adapters = {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}
+    servicer = ModelHubServicer(registry, adapters, settings, NoopLlmObserver())
+    server = GrpcServer(name="modelhub", bind="127.0.0.1:0", bindings=[build_binding(servicer)], grace=1)
+    await server.start()
+    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["modelhub"].descriptor])
+    provider.reset()
+    yield CONTRACTS["modelhub"].stub(channel), provider
+    await channel.close()
+    await server.stop(0)
+    await http.close()
+    await store.close()
+
+
+async def _create(stub, provider_id: str, base_url: str, types: list[int]) -> str:  # type: ignore[no-untyped-def]
+    response = await stub.CreateModel(
+        pb.CreateModelRequest(
+            display_name="scripted",
+            provider_id=provider_id,
+            model_name="scripted-model",
+            types=types,
+            base_url=base_url,
+            api_key="sk-unit-test-0000001",
+        )
+    )
+    return str(response.model.id)
+
+
+def _detail(error: grpc.aio.AioRpcError) -> pb.ModelErrorDetail:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    detail = pb.ModelErrorDetail()
+    status.details[0].Unpack(detail)
+    return detail
+
+
+async def test_chat_call_is_one_span_with_genai_attributes_and_retry_events(hub, spans):
+    stub, provider = hub
+    with bound_identity(TENANT):
+        model_id = await _create(stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+        provider.script(
+            "/v1/chat/completions",
+            Reply.fixture("openai/error_429_rate_limit.json", status=429),
+            Reply.fixture("openai/chat_text.sse"),
+        )
+        request = pb.ChatStreamRequest(
+            model_id=model_id,
+            purpose="generate",
+            messages=[pb.ChatMessage(role=pb.CHAT_ROLE_USER, content=[pb.ContentPart(text="hello")])],
+        )
+        events = [e async for e in stub.ChatStream(request)]
+    assert events[0].started.model_id == model_id
+    assert any(e.HasField("text_delta") for e in events)
+    calls = [s for s in spans.get_finished_spans() if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(calls) == 1
+    span = calls[0]
+    assert span.attributes["gen_ai.request.model"] == "scripted-model"
+    assert span.attributes["gen_ai.provider.name"] == "custom"
+    assert span.attributes["ks.model.purpose"] == "generate"
+    assert span.attributes["ks.latency_ms"] >= 0
+    assert [e.name for e in span.events].count("gen_ai.retry") == 1
+
+
+async def test_errors_carry_a_code_and_a_message_in_the_callers_language(hub):
+    stub, provider = hub
+    with bound_identity(TENANT):
+        model_id = await _create(
+            stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_VLM, pb.MODEL_TYPE_KNOWLEDGE_QA]
+        )
+        provider.script(
+            "/v1/chat/completions", Reply.fixture("openai/error_invalid_image_url.json", status=400)
+        )
+        request = pb.DescribeImageRequest(
+            model_id=model_id, image=pb.ImageInput(url="https://images.example.com/private/cat.png")
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.DescribeImage(request, metadata=(("accept-language", "zh-CN"),))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    detail = _detail(raised.value)
+    assert detail.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE
+    assert detail.language == "zh-CN"
+    assert "图片链接" in detail.user_message
+    assert "Timeout while downloading" not in detail.user_message  # raw detail stays in logs
+
+
+async def test_decide_uses_logprobs_where_the_provider_has_them_and_json_elsewhere(hub):
+    stub, provider = hub
+    labels = [pb.DecisionLabel(name="greeting"), pb.DecisionLabel(name="kb_search")]
+    with bound_identity(TENANT):
+        with_logprobs = await _create(stub, "openai", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+        provider.script("/v1/chat/completions", Reply.fixture("openai/logprobs.json"))
+        first = await stub.Decide(
+            pb.DecideRequest(model_id=with_logprobs, prompt="where is the handbook?", labels=labels)
+        )
+        without = await _create(stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+        provider.script("/v1/chat/completions", openai_text_stream(['{"label": "kb_search"}']))
+        second = await stub.Decide(
+            pb.DecideRequest(model_id=without, prompt="where is the handbook?", labels=labels)
+        )
+        assert provider.pending() == {}
+    assert first.method == pb.DECISION_METHOD_LOGPROBS
+    assert first.label == "kb_search"  # letter B
+    assert 0.9 < first.probability <= 1.0
+    assert second.method == pb.DECISION_METHOD_JSON
+    assert second.label == "kb_search"
+
+
+async def test_another_tenant_cannot_use_or_see_a_model(hub):
+    stub, provider = hub
+    with bound_identity(TENANT):
+        model_id = await _create(stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+    with bound_identity(Identity("other-co", "bob")):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.GetModel(pb.GetModelRequest(model_id=model_id))
+        listed = await stub.ListModels(pb.ListModelsRequest())
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    assert model_id not in {m.id for m in listed.models}
