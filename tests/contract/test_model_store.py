@@ -16,14 +16,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from knowsphere_modelhub.adapters.ports import ModelReferenced, ModelStore, Usage
-from knowsphere_modelhub.adapters.sql_store import SqlModelStore
-from knowsphere_modelhub.domain.records import EMBEDDING, KNOWLEDGE_QA, RERANK, VLM, ModelParams, ModelRecord
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_modelhub.adapters.ports import ModelReferenced, ModelStore, Usage
+from knowsphere_modelhub.adapters.sql_store import SqlModelStore
+from knowsphere_modelhub.domain.records import EMBEDDING, KNOWLEDGE_QA, RERANK, VLM, ModelParams, ModelRecord
 
 POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 CONNECT_TIMEOUT_SECONDS = 2.0

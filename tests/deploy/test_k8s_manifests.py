@@ -40,6 +40,7 @@ PEERS = {
     "gateway": {"conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"},
     "conversation": {"retrieval", "memory", "toolrunner", "modelhub"},
     "ingestion": {"retrieval", "modelhub"},
+    "retrieval": {"modelhub"},
 }
 NATS_CLIENTS = {"gateway", "conversation", "ingestion", "memory"}
 CONFIG_MAP = "knowsphere-config"

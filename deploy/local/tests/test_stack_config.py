@@ -100,8 +100,13 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
     for name in ("memory", "conversation"):
         assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
     for name in ("modelhub", "retrieval", "toolrunner"):
-        assert not any(k.endswith(("_NATS_URL", "_ADDR")) for k in envs[name])
+        assert not any(k.endswith("_NATS_URL") for k in envs[name])
         assert envs[name]["OTEL_SERVICE_NAME"] == name
+    assert [k for k in envs["modelhub"] if k.endswith("_ADDR")] == []
+    assert [k for k in envs["toolrunner"] if k.endswith("_ADDR")] == []
+    assert {k: v for k, v in envs["retrieval"].items() if k.endswith("_ADDR")} == {
+        "KS_RETRIEVAL_MODELHUB_ADDR": "127.0.0.1:7416"
+    }
 
 
 def test_master_key_is_generated_once_private_and_reused(tmp_path: Path) -> None:

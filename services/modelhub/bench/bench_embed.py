@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.local_embedding import (
     BUILTIN_MODELS,
     MINILM,
@@ -33,8 +34,6 @@ from knowsphere_modelhub.adapters.local_embedding import (
     default_threads,
 )
 from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams
-
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[3]
 SCIFACT = REPO.parent / "shared" / "data" / "beir-scifact"

@@ -14,6 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_status import rpc_status
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_contracts.services import CONTRACTS
 from knowsphere_modelhub.adapters.http import ProviderHttp
 from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
@@ -22,9 +25,6 @@ from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
 from knowsphere_modelhub.settings import Settings
-
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc import GrpcServer, open_channel
 from knowsphere_telemetry.langfuse import NoopLlmObserver

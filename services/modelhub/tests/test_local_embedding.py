@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.local_embedding import (
     BUILTIN_MODELS,
     MINILM,
@@ -20,8 +22,6 @@ from knowsphere_modelhub.adapters.local_embedding import (
 )
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams
-
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 
 QUERY = pb.EMBED_INPUT_TYPE_QUERY
 DOCUMENT = pb.EMBED_INPUT_TYPE_DOCUMENT

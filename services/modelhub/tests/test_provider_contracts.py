@@ -23,6 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.anthropic import AnthropicAdapter
 from knowsphere_modelhub.adapters.http import (
     RETRY_ATTEMPT,
@@ -44,10 +48,6 @@ from knowsphere_modelhub.domain.providers import (
     to_proto,
 )
 from knowsphere_modelhub.domain.records import KNOWLEDGE_QA, VLM, CallTarget, ModelParams
-from opentelemetry import trace
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 
 # The repository runs pytest with --import-mode=importlib (no test folder on sys.path); the scripted
 # provider is a helper module beside this file.

@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.ports import Usage
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.domain.errors import ModelError
@@ -35,8 +37,6 @@ from knowsphere_modelhub.domain.registry import (
     Registry,
 )
 from knowsphere_modelhub.domain.secrets import KeyRing
-
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 
 MASTER_KEY = "test-master-key-0123456789abcdef"
 SECRET = "sk-proj-VerySecretValue0123456789xyzW"

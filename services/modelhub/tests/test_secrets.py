@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.domain.records import KNOWLEDGE_QA, ModelParams, ModelRecord
 from knowsphere_modelhub.domain.secrets import (

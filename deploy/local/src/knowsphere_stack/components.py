@@ -34,6 +34,7 @@ PEERS: dict[str, tuple[str, ...]] = {
     "gateway": ("conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"),
     "conversation": ("retrieval", "memory", "toolrunner", "modelhub"),
     "ingestion": ("retrieval", "modelhub"),
+    "retrieval": ("modelhub",),
 }
 """gRPC peers of each service, given as ``KS_<NAME>_<PEER>_ADDR=host:port``."""
 

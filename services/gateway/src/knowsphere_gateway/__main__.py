@@ -50,6 +50,7 @@ def main() -> None:
                 default_identity=Identity(settings.default_tenant_id, settings.default_user_id),
                 trust_identity_headers=settings.trust_identity_headers,
                 modelhub=CONTRACTS["modelhub"].stub(channels["modelhub"]),
+                retrieval=CONTRACTS["retrieval"].stub(channels["retrieval"]),
             )
         )
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")

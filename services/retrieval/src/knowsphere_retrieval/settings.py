@@ -1,4 +1,10 @@
-"""Settings of the retrieval service (environment variables prefixed ``KS_RETRIEVAL_``)."""
+"""Settings of the retrieval service (environment variables prefixed ``KS_RETRIEVAL_``).
+
+Backends are chosen by configuration: the embedded defaults need nothing; setting a server URL
+switches that concern to the server (``QDRANT_URL``-style variables below), behind the same interface.
+"""
+
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -10,3 +16,54 @@ class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="KS_RETRIEVAL_", extra="ignore", frozen=True)
 
     grpc_port: int = Field(default=7412, ge=1, le=65535)
+    modelhub_addr: str = Field(description="host:port of modelhub (query embeddings, rerank, expansion)")
+
+    # Backends: empty = the embedded default under data_dir.
+    database_url: str = Field(default="", description="chunk store; empty = SQLite in the data dir")
+    qdrant_url: str = Field(default="", description="Qdrant server; empty = the in-process engine")
+    qdrant_api_key: str = ""
+    opensearch_url: str = Field(default="", description="OpenSearch; empty = embedded tantivy")
+    opensearch_index_prefix: str = "knowsphere"
+    neo4j_url: str = Field(default="", description="Neo4j (bolt://…); empty = embedded ArcadeDB over Bolt")
+    neo4j_user: str = "neo4j"
+    neo4j_password: str = ""
+    graph_enabled: bool = Field(default=True, description="run the graph store at all")
+    graph_bolt_port: int = Field(
+        default=0, ge=0, description="port of the embedded Bolt server; 0 = free port"
+    )
+    user_dictionary: str = Field(default="", description="file of domain terms for Chinese segmentation")
+    synonyms_file: str = Field(default="", description="file of synonym groups for query expansion")
+
+    query_vector_cache_size: int = Field(default=1024, ge=0, description="query embeddings kept; 0 = none")
+
+    # Limits.
+    max_index_batch: int = Field(default=512, ge=1, description="chunks per IndexChunks call")
+    max_knowledge_bases_per_search: int = Field(default=20, ge=1)
+    max_top_k: int = Field(default=100, ge=1)
+
+    # doc_retrieval defaults (per-request options override them).
+    top_k: int = Field(default=8, ge=1)
+    candidate_count: int = Field(default=100, ge=1, description="hits each leg recalls before fusion")
+    fusion: Literal["rrf", "convex"] = Field(
+        default="convex", description="convex (min-max weighted scores) or rrf; convex measured better"
+    )
+    rrf_k: int = Field(default=60, ge=1)
+    vector_weight: float = Field(default=1.0, ge=0)
+    bm25_weight: float = Field(default=1.0, ge=0)
+    weak_leg_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="vector weight when the embedding model does not read the query's language",
+    )
+    expansion_enabled: bool = True
+    expansion_min_hits: int = Field(default=3, ge=0)
+    expansion_method: Literal["synonyms", "llm"] = "synonyms"
+    rerank_enabled: bool = True
+    rerank_candidates: int = Field(default=30, ge=1)
+    mmr_lambda: float | None = Field(default=None, ge=0, le=1)
+
+    # grep_chunks
+    grep_max_pattern_length: int = Field(default=512, ge=1)
+    grep_max_matches: int = Field(default=200, ge=1)
+    grep_context_chars: int = Field(default=80, ge=0)
+    grep_time_budget_seconds: float = Field(default=2.0, gt=0)

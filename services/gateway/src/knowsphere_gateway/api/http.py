@@ -25,6 +25,7 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_gateway.api.errors import install_error_handler
 from knowsphere_gateway.api.models import build_models_router
+from knowsphere_gateway.api.search import build_search_router
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity
 
 log = structlog.get_logger(__name__)
@@ -43,6 +44,7 @@ class GatewayContext:
     default_identity: Identity
     trust_identity_headers: bool
     modelhub: Any = None  # ModelHubServiceStub
+    retrieval: Any = None  # RetrievalServiceStub
 
 
 class ChatTurnRequest(BaseModel):
@@ -79,6 +81,7 @@ def create_app(ctx: GatewayContext) -> FastAPI:
             raise HTTPException(status_code=400, detail=f"identity headers: {error}") from error
 
     app.include_router(build_models_router(lambda: ctx.modelhub, caller))
+    app.include_router(build_search_router(lambda: ctx.retrieval, caller))
 
     @app.get("/healthz", response_model=HealthReport, tags=["operations"])
     async def healthz() -> JSONResponse:

@@ -1,0 +1,78 @@
+"""Start-up and shutdown of retrieval's stores: the chunk store, the indexes and the graph server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
+from knowsphere_retrieval.adapters.graph_bolt import BoltGraphStore
+from knowsphere_retrieval.adapters.graph_server import EmbeddedBoltServer
+from knowsphere_retrieval.adapters.ports import LexicalIndex, VectorIndex
+from knowsphere_retrieval.api.grpc import RetrievalServicer
+from knowsphere_retrieval.settings import Settings
+from knowsphere_runtime.lifecycle import StartupError
+
+log = structlog.get_logger(__name__)
+
+
+class RetrievalCore:
+    name = "retrieval-core"
+
+    def __init__(
+        self,
+        settings: Settings,
+        chunks: SqlChunkStore,
+        vectors: VectorIndex,
+        lexical: LexicalIndex,
+        servicer: RetrievalServicer,
+        analyzer: object = None,
+    ) -> None:
+        self._analyzer = analyzer
+        self._settings = settings
+        self._chunks = chunks
+        self._vectors = vectors
+        self._lexical = lexical
+        self._servicer = servicer
+        self._graph_server: EmbeddedBoltServer | None = None
+        self._graph: BoltGraphStore | None = None
+
+    async def start(self) -> object:
+        settings = self._settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            await self._chunks.open()
+        except Exception as error:
+            raise StartupError(f"cannot open the chunk store at {self._chunks.url}: {error}") from error
+        # Load jieba's dictionary now rather than in the first Chinese request (about a second).
+        warm_up = getattr(self._analyzer, "warm_up", None)
+        if warm_up is not None:
+            await asyncio.to_thread(warm_up)
+        if settings.neo4j_url:
+            self._graph = BoltGraphStore(settings.neo4j_url, settings.neo4j_user, settings.neo4j_password)
+            self._servicer.attach_graph(self._graph, "neo4j")
+        elif settings.graph_enabled:
+            self._graph_server = EmbeddedBoltServer(settings.data_dir / "graph", settings.graph_bolt_port)
+            try:
+                await self._graph_server.start()
+            except Exception as error:
+                raise StartupError(
+                    f"cannot start the embedded graph server (ArcadeDB over Bolt): {error}"
+                ) from error
+            credentials = self._graph_server.credentials
+            self._graph = BoltGraphStore(
+                self._graph_server.uri, credentials.user, credentials.password, self._graph_server.database
+            )
+            self._servicer.attach_graph(self._graph, "arcadedb-embedded (bolt)")
+            log.info("graph server started", uri=self._graph_server.uri)
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._graph is not None:
+            await self._graph.close()
+        if self._graph_server is not None:
+            await self._graph_server.stop()
+        await self._lexical.close()
+        await self._vectors.close()
+        await self._chunks.close()
