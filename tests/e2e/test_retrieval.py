@@ -217,3 +217,43 @@ def test_deleting_a_document_removes_it_everywhere(stack):
     assert kb_stats.lexical_entry_count == 3
     assert kb_stats.embeddings[0].vector_count == 3
     assert not [r for r in search.results if r.document_id == f"{kb}-handbook"]
+
+
+def test_each_search_step_is_a_span_with_its_counts(stack, indexed, otlp):
+    import secrets
+
+    trace_id = secrets.token_hex(16)
+    response = httpx.post(
+        f"{stack.gateway_url}/api/v1/knowledge-bases/{indexed}/search",
+        json={"query": "annual leave carried over", "mmr_lambda": 0.7},
+        headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"},
+        timeout=60,
+    )
+    assert response.status_code == 200
+    wanted = {
+        "retrieval.embed_query",
+        "retrieval.vector_query",
+        "retrieval.bm25_query",
+        "retrieval.fusion",
+        "retrieval.rerank",
+        "retrieval.mmr",
+        "retrieval.parent_fetch",
+    }
+    def complete(found: list[Any]) -> bool:
+        names = {s.name for s in found}
+        embedded = any(s.attributes.get("gen_ai.operation.name") == "embeddings" for s in found)
+        return wanted <= names and embedded
+
+    spans = otlp.wait_for(trace_id, complete)
+    steps = {s.name: s for s in spans if s.service == "retrieval" and s.name.startswith("retrieval.")}
+    assert wanted <= set(steps), sorted(steps)
+    assert steps["retrieval.vector_query"].attributes["ks.result.count"] > 0
+    assert steps["retrieval.bm25_query"].attributes["ks.result.count"] > 0
+    assert steps["retrieval.rerank"].attributes["ks.rerank.skipped"] == "no rerank model configured"
+    # The embedding of the query is modelhub's span, a child of retrieval's.
+    embed = [
+        s
+        for s in spans
+        if s.service == "modelhub" and s.attributes.get("gen_ai.operation.name") == "embeddings"
+    ]
+    assert embed and all(s.trace_id == trace_id for s in embed)
