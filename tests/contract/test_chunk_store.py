@@ -7,18 +7,13 @@ each test gets a fresh database ``ks_test_<random>`` that is dropped afterwards.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
 from knowsphere_retrieval.adapters.ports import (
@@ -31,12 +26,8 @@ from knowsphere_retrieval.adapters.ports import (
 )
 from knowsphere_retrieval.domain.grep import GrepLimits, plan_grep
 
-POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
-CONNECT_TIMEOUT_SECONDS = 2.0
 T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 A, B = "tenant-a", "tenant-b"
-
-_postgres_unreachable: list[str] = []  # the reason, once a first attempt failed in this run
 
 
 class Clock:
@@ -49,48 +40,22 @@ class Clock:
         return self.now
 
 
-async def _postgres_database() -> AsyncIterator[str]:
-    if _postgres_unreachable:
-        pytest.skip(_postgres_unreachable[0])
-    admin_url = make_url(POSTGRES_URL).set(database="postgres")
-    admin = create_async_engine(
-        admin_url, isolation_level="AUTOCOMMIT", connect_args={"timeout": CONNECT_TIMEOUT_SECONDS}
-    )
-    name = f"ks_test_{uuid.uuid4().hex[:12]}"
-    try:
-        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-            async with admin.connect() as conn:
-                await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # whatever keeps us from a server: skip, saying why
-        await admin.dispose()
-        _postgres_unreachable.append(
-            f"PostgreSQL not reachable at {admin_url.render_as_string(hide_password=True)} within "
-            f"{CONNECT_TIMEOUT_SECONDS:g} s ({type(exc).__name__}: {exc}); set KS_TEST_POSTGRES_URL to run "
-            "the ChunkStore suite against PostgreSQL"
-        )
-        pytest.skip(_postgres_unreachable[0])
-    try:
-        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> AsyncIterator[ChunkStore]:
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: Clock, postgres_database: Any
+) -> AsyncIterator[ChunkStore]:
     if request.param == "sqlite":
         sql_store = SqlChunkStore(f"sqlite+aiosqlite:///{tmp_path}/chunks.db", clock=clock)
         await sql_store.open()
         yield sql_store
         await sql_store.close()
         return
-    async for url in _postgres_database():
+    async for url in postgres_database("ChunkStore"):
         sql_store = SqlChunkStore(url, clock=clock)
         await sql_store.open()
         try:

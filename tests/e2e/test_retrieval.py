@@ -239,6 +239,7 @@ def test_each_search_step_is_a_span_with_its_counts(stack, indexed, otlp):
         "retrieval.mmr",
         "retrieval.parent_fetch",
     }
+
     def complete(found: list[Any]) -> bool:
         names = {s.name for s in found}
         embedded = any(s.attributes.get("gen_ai.operation.name") == "embeddings" for s in found)

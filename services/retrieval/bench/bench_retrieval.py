@@ -133,7 +133,7 @@ async def _run_mode(
     runs: dict[str, list[str]] = {}
     latencies: list[float] = []
     embeds: list[float] = []
-    weights: list[float] = []
+    weights_used: list[float] = []
     for query_id, text in data.queries.items():
         options = pb.SearchOptions(
             mode=MODES["hybrid" if mode.startswith("hybrid") else mode],  # type: ignore[arg-type]
@@ -149,7 +149,7 @@ async def _run_mode(
         )
         latencies.append((time.perf_counter() - started) * 1000)
         embeds.append(response.stats.embed_duration.ToNanoseconds() / 1e6)
-        weights.append(response.stats.vector_weight_used)
+        weights_used.append(response.stats.vector_weight_used)
         runs[query_id] = [r.document_id for r in response.results]
     return {
         "mode": mode,
@@ -162,7 +162,7 @@ async def _run_mode(
             _pct([a - b for a, b in zip(latencies, embeds, strict=True)], 0.95), 2
         ),
         "queries": len(runs),
-        "vector_weight_used_mean": round(statistics.fmean(weights), 3) if weights else 0.0,
+        "vector_weight_used_mean": round(statistics.fmean(weights_used), 3) if weights_used else 0.0,
     }
 
 

@@ -48,8 +48,10 @@ class Settings(ServiceSettings):
         default="convex", description="convex (min-max weighted scores) or rrf; convex measured better"
     )
     rrf_k: int = Field(default=60, ge=1)
-    vector_weight: float = Field(default=1.0, ge=0)
-    bm25_weight: float = Field(default=1.0, ge=0)
+    # Chosen on the SciFact *train* queries (make bench-retrieval --split train --weights …), never on
+    # the test queries the figures are reported on.
+    vector_weight: float = Field(default=0.9, ge=0)
+    bm25_weight: float = Field(default=1.1, ge=0)
     weak_leg_weight: float = Field(
         default=0.0,
         ge=0,

@@ -15,15 +15,13 @@ import binascii
 import builtins
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 from sqlalchemy import (
     Boolean,
     Column,
     ColumnElement,
-    DateTime,
-    Dialect,
     ForeignKey,
     Index,
     Integer,
@@ -34,47 +32,22 @@ from sqlalchemy import (
     and_,
     case,
     delete,
-    event,
     exists,
     literal,
     or_,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.ports import ModelReferenced, Page, StoredKey, Usage
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, type_name
 
 # How long a SQLite writer waits for another writer's lock before failing.
-SQLITE_BUSY_TIMEOUT_MS = 5000
 PAGE_TOKEN_VERSION = 1
 TYPE_SEPARATOR = ","
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text, sorted as text)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("datetimes stored by modelhub must be timezone-aware")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = MetaData()
@@ -265,7 +238,7 @@ class SqlModelStore:
 
     def __init__(self, url: str) -> None:
         self._url = url
-        self._engine: AsyncEngine | None = None
+        self._database = SqlDatabase(url, metadata, owner="SqlModelStore")
 
     @property
     def url(self) -> str:
@@ -273,32 +246,18 @@ class SqlModelStore:
 
     async def open(self) -> None:
         """Connect and create the tables that do not exist yet (SQLite: in WAL mode)."""
-        url = make_url(self._url)
-        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(self._url)
-        if engine.dialect.name == "sqlite":
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-        self._engine = engine
+        await self._database.open()
 
     async def close(self) -> None:
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        await self._database.close()
 
     @property
     def _db(self) -> AsyncEngine:
-        if self._engine is None:
-            raise RuntimeError("SqlModelStore.open() has not been awaited")
-        return self._engine
+        return self._database.engine
 
     def _insert(self, table: Table) -> Any:
         """INSERT with ON CONFLICT support for this backend."""
-        if self._db.dialect.name == "postgresql":
-            return postgresql.insert(table)
-        return sqlite.insert(table)
+        return self._database.insert(table)
 
     # --- models -----------------------------------------------------------------------------------
 
@@ -512,14 +471,3 @@ class SqlModelStore:
         async with self._db.begin() as conn:
             result = await conn.execute(statement)
         return bool(result.rowcount)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """Per connection: WAL (readers do not block the writer), enforced foreign keys, a busy timeout."""
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()

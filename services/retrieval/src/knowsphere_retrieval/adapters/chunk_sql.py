@@ -22,15 +22,13 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 from sqlalchemy import (
     BigInteger,
     Column,
     ColumnElement,
-    DateTime,
-    Dialect,
     Index,
     Integer,
     MetaData,
@@ -40,16 +38,12 @@ from sqlalchemy import (
     and_,
     delete,
     distinct,
-    event,
     func,
     or_,
     select,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from knowsphere_retrieval.adapters.ports import (
     DocumentInfo,
@@ -63,29 +57,8 @@ from knowsphere_retrieval.adapters.ports import (
 from knowsphere_retrieval.domain.grep import GrepCandidate, GrepPlan, GrepScan
 
 # How long a SQLite writer waits for another writer's lock before failing.
-SQLITE_BUSY_TIMEOUT_MS = 5000
 # Ids per IN (…) list: far below SQLite's and asyncpg's bound-parameter limits.
 ID_BATCH = 500
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text, sorted as text)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("datetimes stored by the chunk store must be timezone-aware")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = MetaData()
@@ -329,7 +302,7 @@ class SqlChunkStore:
     def __init__(self, url: str, *, clock: Callable[[], datetime] = _utc_now) -> None:
         self._url = url
         self._clock = clock
-        self._engine: AsyncEngine | None = None
+        self._database = SqlDatabase(url, metadata, owner="SqlChunkStore")
 
     @property
     def url(self) -> str:
@@ -337,32 +310,18 @@ class SqlChunkStore:
 
     async def open(self) -> None:
         """Connect and create the tables that do not exist yet (SQLite: in WAL mode)."""
-        url = make_url(self._url)
-        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(self._url)
-        if engine.dialect.name == "sqlite":
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-        self._engine = engine
+        await self._database.open()
 
     async def close(self) -> None:
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        await self._database.close()
 
     @property
     def _db(self) -> AsyncEngine:
-        if self._engine is None:
-            raise RuntimeError("SqlChunkStore.open() has not been awaited")
-        return self._engine
+        return self._database.engine
 
     def _insert(self, table: Table) -> Any:
         """INSERT with ON CONFLICT support for this backend."""
-        if self._db.dialect.name == "postgresql":
-            return postgresql.insert(table)
-        return sqlite.insert(table)
+        return self._database.insert(table)
 
     # --- writes -------------------------------------------------------------------------------------
 
@@ -757,13 +716,3 @@ def _utc(value: Any) -> datetime | None:
         return None
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """Per connection: WAL (readers do not block the writer) and a busy timeout."""
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()

@@ -1,0 +1,84 @@
+"""An async SQLAlchemy engine for SQLite (embedded) or PostgreSQL (production), and shared types."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import DateTime, MetaData, Table, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.types import TypeDecorator
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text, sorted as text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("stored datetimes must be timezone-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """Per connection: WAL (readers do not block the writer), enforced foreign keys, a busy timeout."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+class SqlDatabase:
+    """One engine per store. ``open`` connects and creates the tables of ``metadata`` that are missing."""
+
+    def __init__(self, url: str, metadata: MetaData, *, owner: str = "store") -> None:
+        self.url = url
+        self._metadata = metadata
+        self._owner = owner
+        self._engine: AsyncEngine | None = None
+
+    async def open(self) -> None:
+        url = make_url(self.url)
+        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(self.url)
+        if engine.dialect.name == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        async with engine.begin() as conn:
+            await conn.run_sync(self._metadata.create_all)
+        self._engine = engine
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError(f"{self._owner}.open() has not been awaited")
+        return self._engine
+
+    def insert(self, table: Table) -> Any:
+        """INSERT with ON CONFLICT support for this backend."""
+        if self.engine.dialect.name == "postgresql":
+            return postgresql.insert(table)
+        return sqlite.insert(table)
