@@ -17,7 +17,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 from sqlalchemy import (
     Boolean,
     Column,
@@ -44,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.ports import ModelReferenced, Page, StoredKey, Usage
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, type_name
+from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 
 # How long a SQLite writer waits for another writer's lock before failing.
 PAGE_TOKEN_VERSION = 1

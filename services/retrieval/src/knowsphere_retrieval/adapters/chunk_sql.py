@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -55,6 +54,7 @@ from knowsphere_retrieval.adapters.ports import (
     StoredChunk,
 )
 from knowsphere_retrieval.domain.grep import GrepCandidate, GrepPlan, GrepScan
+from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 
 # How long a SQLite writer waits for another writer's lock before failing.
 # Ids per IN (…) list: far below SQLite's and asyncpg's bound-parameter limits.
