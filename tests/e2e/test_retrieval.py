@@ -245,7 +245,7 @@ def test_each_search_step_is_a_span_with_its_counts(stack, indexed, otlp):
         embedded = any(s.attributes.get("gen_ai.operation.name") == "embeddings" for s in found)
         return wanted <= names and embedded
 
-    spans = otlp.wait_for(trace_id, complete)
+    spans = otlp.wait_for(trace_id, complete, timeout=60)
     steps = {s.name: s for s in spans if s.service == "retrieval" and s.name.startswith("retrieval.")}
     assert wanted <= set(steps), sorted(steps)
     assert steps["retrieval.vector_query"].attributes["ks.result.count"] > 0

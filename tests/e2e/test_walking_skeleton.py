@@ -101,11 +101,24 @@ def test_one_trace_crosses_every_hop_with_correct_links(stack, otlp):
 
     search = "/knowsphere.retrieval.v1.RetrievalService/Search"
 
-    def complete(spans: list[ReceivedSpan]) -> bool:
-        seen = {(s.service, s.kind) for s in spans}
-        return {("gateway", "SERVER"), ("retrieval", "SERVER"), ("conversation", "PRODUCER")} <= seen
+    # Every span the assertions below look at, each exported by its own service's batch processor:
+    # wait until all of them have arrived, not just the first few.
+    expected = {
+        ("gateway", "SERVER", "/api/v1/chat/turns"),
+        ("gateway", "PRODUCER", "ks.chat.request.v1 publish"),
+        ("conversation", "CONSUMER", "ks.chat.request.v1 process"),
+        ("conversation", "CLIENT", search),
+        ("conversation", "PRODUCER", "ks.chat.events.v1"),
+        ("retrieval", "SERVER", search),
+    }
 
-    spans = otlp.wait_for(trace_id, complete)
+    def complete(spans: list[ReceivedSpan]) -> bool:
+        return all(
+            any(s.service == service and s.kind == kind and part in s.name for s in spans)
+            for service, kind, part in expected
+        )
+
+    spans = otlp.wait_for(trace_id, complete, timeout=60)
     by_id = {s.span_id: s for s in spans}
 
     def one(service: str, kind: str, name_part: str) -> ReceivedSpan:
