@@ -1,0 +1,58 @@
+"""Parsing of uploaded files into a ParsedDocument, dispatched by file extension or content type.
+
+This package reads the text-like formats: TXT, Markdown, HTML and CSV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import PurePath
+
+from knowsphere_ingestion.domain.document import ParsedDocument
+from knowsphere_ingestion.parsing.csv import parse_csv
+from knowsphere_ingestion.parsing.errors import ParseError, UnsupportedFormat
+from knowsphere_ingestion.parsing.html import parse_html
+from knowsphere_ingestion.parsing.markdown import parse_markdown
+from knowsphere_ingestion.parsing.text import parse_text
+
+__all__ = ["SUPPORTED_EXTENSIONS", "ParseError", "UnsupportedFormat", "parse"]
+
+Parser = Callable[[bytes, str], ParsedDocument]
+
+_BY_EXTENSION: dict[str, Parser] = {
+    ".txt": parse_text,
+    ".text": parse_text,
+    ".md": parse_markdown,
+    ".markdown": parse_markdown,
+    ".html": parse_html,
+    ".htm": parse_html,
+    ".csv": parse_csv,
+}
+_BY_CONTENT_TYPE: dict[str, Parser] = {
+    "text/plain": parse_text,
+    "text/markdown": parse_markdown,
+    "text/x-markdown": parse_markdown,
+    "text/html": parse_html,
+    "application/xhtml+xml": parse_html,
+    "text/csv": parse_csv,
+}
+SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(_BY_EXTENSION))
+
+
+def parse(data: bytes, file_name: str, content_type: str = "") -> ParsedDocument:
+    """Parse an uploaded file. The extension decides the format; the content type is used without one.
+
+    Raises UnsupportedFormat for a format we do not read and ParseError for empty or corrupt content.
+    """
+    extension = PurePath(file_name).suffix.lower()
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    parser = _BY_EXTENSION.get(extension) if extension else _BY_CONTENT_TYPE.get(media_type)
+    if parser is None:
+        shown = extension or media_type or "(none)"
+        raise UnsupportedFormat(
+            f"{file_name}: unsupported format {shown!r}; "
+            f"supported extensions: {', '.join(SUPPORTED_EXTENSIONS)}"
+        )
+    if not data.strip():
+        raise ParseError(f"{file_name} is empty")
+    return parser(data, file_name)
