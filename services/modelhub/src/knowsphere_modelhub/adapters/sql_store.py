@@ -38,7 +38,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.adapters.ports import ModelReferenced, Page, StoredKey, Usage
@@ -233,40 +233,20 @@ def _decode_token(token: str, filter_key: str) -> tuple[int, datetime, str]:
     return rank, after_time, after_id
 
 
-class SqlModelStore:
+class SqlModelStore(SqlDatabase):
     """:class:`~knowsphere_modelhub.adapters.ports.ModelStore` on a SQLAlchemy async URL."""
 
     def __init__(self, url: str) -> None:
-        self._url = url
-        self._database = SqlDatabase(url, metadata, owner="SqlModelStore")
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    async def open(self) -> None:
-        """Connect and create the tables that do not exist yet (SQLite: in WAL mode)."""
-        await self._database.open()
-
-    async def close(self) -> None:
-        await self._database.close()
-
-    @property
-    def _db(self) -> AsyncEngine:
-        return self._database.engine
-
-    def _insert(self, table: Table) -> Any:
-        """INSERT with ON CONFLICT support for this backend."""
-        return self._database.insert(table)
+        super().__init__(url, metadata, owner="SqlModelStore")
 
     # --- models -----------------------------------------------------------------------------------
 
     async def create(self, record: ModelRecord) -> None:
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(models.insert().values(_row(record)))
 
     async def get(self, tenant_id: str, model_id: str) -> ModelRecord | None:
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             row = (
                 await conn.execute(select(models).where(models.c.id == model_id, _visible(tenant_id)))
             ).first()
@@ -301,7 +281,7 @@ class SqlModelStore:
                 )
             )
         query = query.order_by(_rank, models.c.create_time, models.c.id).limit(page_size + 1)
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             records = [_record(row) for row in (await conn.execute(query)).all()]
         if len(records) <= page_size:
             return Page(records=records, next_page_token="")
@@ -315,14 +295,14 @@ class SqlModelStore:
             .where(models.c.id == record.id, models.c.tenant_id == record.tenant_id, models.c.tenant_id != "")
             .values(values)
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(statement)
         if result.rowcount == 0:
             raise LookupError(f"tenant {record.tenant_id!r} has no model {record.id!r}")
 
     async def delete(self, tenant_id: str, model_id: str) -> bool:
         try:
-            async with self._db.begin() as conn:
+            async with self.engine.begin() as conn:
                 if await self._referenced(conn, model_id):
                     raise ModelReferenced(f"model {model_id} is still a default or in use")
                 result = await conn.execute(
@@ -346,13 +326,13 @@ class SqlModelStore:
     async def upsert_builtin(self, record: ModelRecord) -> None:
         if record.tenant_id != "" or not record.builtin:
             raise ValueError("upsert_builtin takes built-in records (builtin=True, tenant_id='') only")
-        statement = self._insert(models).values(_row(record))
+        statement = self.insert(models).values(_row(record))
         statement = statement.on_conflict_do_update(
             index_elements=[models.c.id],
             set_={key: statement.excluded[key] for key in _MUTABLE},
             where=models.c.tenant_id == "",
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(statement)
         if result.rowcount == 0:
             raise ValueError(f"model id {record.id!r} is taken by a tenant's model")
@@ -361,11 +341,11 @@ class SqlModelStore:
 
     async def set_default(self, tenant_id: str, model_type: int, model_id: str) -> None:
         key = (model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type))
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             if not model_id:
                 await conn.execute(delete(model_defaults).where(*key))
                 return
-            statement = self._insert(model_defaults).values(
+            statement = self.insert(model_defaults).values(
                 tenant_id=tenant_id, model_type=type_name(model_type), model_id=model_id
             )
             statement = statement.on_conflict_do_update(
@@ -378,7 +358,7 @@ class SqlModelStore:
         query = select(model_defaults.c.model_id).where(
             model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type)
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             value = (await conn.execute(query)).scalar()
         return str(value) if value is not None else None
 
@@ -386,14 +366,14 @@ class SqlModelStore:
         query = select(model_defaults.c.model_type).where(
             model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_id == model_id
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             names = (await conn.execute(query)).scalars().all()
         return sorted(_type_from_name(name) for name in names)
 
     # --- usages -----------------------------------------------------------------------------------
 
     async def put_usage(self, tenant_id: str, usage: Usage) -> None:
-        statement = self._insert(model_usages).values(
+        statement = self.insert(model_usages).values(
             tenant_id=tenant_id,
             model_id=usage.model_id,
             consumer_kind=usage.consumer_kind,
@@ -410,7 +390,7 @@ class SqlModelStore:
             ],
             set_={"consumer_name": statement.excluded.consumer_name},
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(statement)
 
     async def delete_usage(self, tenant_id: str, model_id: str, consumer_kind: int, consumer_id: str) -> bool:
@@ -420,7 +400,7 @@ class SqlModelStore:
             model_usages.c.consumer_kind == consumer_kind,
             model_usages.c.consumer_id == consumer_id,
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(statement)
         return bool(result.rowcount)
 
@@ -430,23 +410,23 @@ class SqlModelStore:
             .where(model_usages.c.tenant_id == tenant_id, model_usages.c.model_id == model_id)
             .order_by(model_usages.c.create_time, model_usages.c.consumer_kind, model_usages.c.consumer_id)
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [Usage(row.model_id, row.consumer_kind, row.consumer_id, row.consumer_name) for row in rows]
 
     # --- settings and key rotation ----------------------------------------------------------------
 
     async def get_setting(self, key: str) -> str | None:
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             value = (await conn.execute(select(settings.c.value).where(settings.c.key == key))).scalar()
         return str(value) if value is not None else None
 
     async def put_setting(self, key: str, value: str) -> None:
-        statement = self._insert(settings).values(key=key, value=value)
+        statement = self.insert(settings).values(key=key, value=value)
         statement = statement.on_conflict_do_update(
             index_elements=[settings.c.key], set_={"value": statement.excluded.value}
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(statement)
 
     async def list_api_keys(self) -> builtins.list[StoredKey]:
@@ -455,7 +435,7 @@ class SqlModelStore:
             .where(models.c.api_key_ciphertext.is_not(None))
             .order_by(models.c.id)
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [
             StoredKey(tenant_id=row.tenant_id, model_id=row.id, ciphertext=row.api_key_ciphertext)
@@ -468,6 +448,6 @@ class SqlModelStore:
             .where(models.c.id == model_id, models.c.api_key_ciphertext == old_ciphertext)
             .values(api_key_ciphertext=new_ciphertext)
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(statement)
         return bool(result.rowcount)

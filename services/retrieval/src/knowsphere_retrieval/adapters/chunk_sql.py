@@ -42,7 +42,7 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from knowsphere_retrieval.adapters.ports import (
     DocumentInfo,
@@ -292,7 +292,7 @@ class _DocumentChunks:
     last_index_time: datetime | None
 
 
-class SqlChunkStore:
+class SqlChunkStore(SqlDatabase):
     """:class:`~knowsphere_retrieval.adapters.ports.ChunkStore` on a SQLAlchemy async URL.
 
     ``sqlite+aiosqlite:///path/chunks.db`` (the embedded default) or ``postgresql+asyncpg://…``.
@@ -300,28 +300,8 @@ class SqlChunkStore:
     """
 
     def __init__(self, url: str, *, clock: Callable[[], datetime] = _utc_now) -> None:
-        self._url = url
+        super().__init__(url, metadata, owner="SqlChunkStore")
         self._clock = clock
-        self._database = SqlDatabase(url, metadata, owner="SqlChunkStore")
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    async def open(self) -> None:
-        """Connect and create the tables that do not exist yet (SQLite: in WAL mode)."""
-        await self._database.open()
-
-    async def close(self) -> None:
-        await self._database.close()
-
-    @property
-    def _db(self) -> AsyncEngine:
-        return self._database.engine
-
-    def _insert(self, table: Table) -> Any:
-        """INSERT with ON CONFLICT support for this backend."""
-        return self._database.insert(table)
 
     # --- writes -------------------------------------------------------------------------------------
 
@@ -351,10 +331,10 @@ class SqlChunkStore:
             {"tenant_id": tenant_id, "parent_id": parent_id, "text": text}
             for parent_id, text in parents.items()
         ]
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             # executemany of one statement: its SQL is compiled once and cached, where a multi-row
             # VALUES statement would be compiled anew for every batch.
-            chunk_upsert = self._insert(chunk_table)
+            chunk_upsert = self.insert(chunk_table)
             excluded = chunk_upsert.excluded
             chunk_upsert = chunk_upsert.on_conflict_do_update(
                 index_elements=[chunk_table.c.tenant_id, chunk_table.c.chunk_id],
@@ -363,7 +343,7 @@ class SqlChunkStore:
             )
             await conn.execute(chunk_upsert, rows)
             if parent_rows:
-                parent_upsert = self._insert(parent_table)
+                parent_upsert = self.insert(parent_table)
                 parent_upsert = parent_upsert.on_conflict_do_update(
                     index_elements=[parent_table.c.tenant_id, parent_table.c.parent_id],
                     set_={"text": parent_upsert.excluded.text},
@@ -382,12 +362,12 @@ class SqlChunkStore:
         for key, value in info.metadata.items():
             _check_text("metadata", owner, key + value)
         row = _document_row(info)
-        statement = self._insert(document_table).values(row)
+        statement = self.insert(document_table).values(row)
         statement = statement.on_conflict_do_update(
             index_elements=[document_table.c.tenant_id, document_table.c.document_id],
             set_={name: statement.excluded[name] for name in row if name not in ("tenant_id", "document_id")},
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(statement)
 
     async def put_kb_config(self, config: KnowledgeBaseConfig) -> None:
@@ -402,7 +382,7 @@ class SqlChunkStore:
             "stored_models_json": _json(dict(config.stored_models)),
             "update_time": self._clock(),
         }
-        statement = self._insert(kb_config_table).values(row)
+        statement = self.insert(kb_config_table).values(row)
         statement = statement.on_conflict_do_update(
             index_elements=[kb_config_table.c.tenant_id, kb_config_table.c.knowledge_base_id],
             set_={
@@ -411,7 +391,7 @@ class SqlChunkStore:
                 if name not in ("tenant_id", "knowledge_base_id")
             },
         )
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(statement)
 
     async def get_kb_configs(
@@ -420,7 +400,7 @@ class SqlChunkStore:
         """The configs of the given knowledge bases of ``tenant_id`` that exist, in request order."""
         wanted = _unique(knowledge_base_ids)
         found: dict[str, KnowledgeBaseConfig] = {}
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
                 query = select(kb_config_table).where(
                     kb_config_table.c.tenant_id == tenant_id, kb_config_table.c.knowledge_base_id.in_(batch)
@@ -439,7 +419,7 @@ class SqlChunkStore:
         return [found[kb] for kb in wanted if kb in found]
 
     async def delete_kb_config(self, tenant_id: str, knowledge_base_id: str) -> None:
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             await conn.execute(
                 delete(kb_config_table).where(
                     kb_config_table.c.tenant_id == tenant_id,
@@ -452,7 +432,7 @@ class SqlChunkStore:
     async def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> list[StoredChunk]:
         wanted = _unique(chunk_ids)
         found: dict[str, StoredChunk] = {}
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
                 query = select(chunk_table).where(
                     chunk_table.c.tenant_id == tenant_id, chunk_table.c.chunk_id.in_(batch)
@@ -463,7 +443,7 @@ class SqlChunkStore:
 
     async def get_parents(self, tenant_id: str, parent_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for batch in _batches(_unique(parent_ids), ID_BATCH):
                 query = select(parent_table.c.parent_id, parent_table.c.text).where(
                     parent_table.c.tenant_id == tenant_id, parent_table.c.parent_id.in_(batch)
@@ -484,7 +464,7 @@ class SqlChunkStore:
             )
             .order_by(chunk_table.c.position, chunk_table.c.chunk_id)
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             return [_chunk(row) for row in (await conn.execute(query)).all()]
 
     async def document_chunk_ids(self, tenant_id: str, document_id: str) -> list[str]:
@@ -493,14 +473,14 @@ class SqlChunkStore:
             .where(chunk_table.c.tenant_id == tenant_id, chunk_table.c.document_id == document_id)
             .order_by(chunk_table.c.position, chunk_table.c.chunk_id)
         )
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             return list((await conn.execute(query)).scalars().all())
 
     async def get_document_info(self, tenant_id: str, document_ids: Sequence[str]) -> list[DocumentInfo]:
         wanted = _unique(document_ids)
         pushed: dict[str, DocumentMetadata] = {}
         stored: dict[str, _DocumentChunks] = {}
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
                 query = select(document_table).where(
                     document_table.c.tenant_id == tenant_id, document_table.c.document_id.in_(batch)
@@ -561,7 +541,7 @@ class SqlChunkStore:
         """Documents with chunks, chunks and distinct parents per knowledge base (0s when unknown)."""
         wanted = _unique(knowledge_base_ids)
         counts = {kb: KnowledgeBaseCounts(0, 0, 0) for kb in wanted}
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
                 query = (
                     select(
@@ -599,7 +579,7 @@ class SqlChunkStore:
             # A superset of the chunks that can match (SQLite's LIKE ignores ASCII case): the regex decides.
             filters.append(chunk_table.c.text.contains(plan.required_literal, autoescape=True))
         order = (chunk_table.c.document_id, chunk_table.c.position, chunk_table.c.chunk_id)
-        async with self._db.connect() as conn:
+        async with self.engine.connect() as conn:
             for knowledge_base_id in sorted(set(scope.knowledge_base_ids)):
                 after: tuple[Any, ...] | None = None
                 while not scan.done and not scan.out_of_time():
@@ -668,7 +648,7 @@ class SqlChunkStore:
     ) -> list[str]:
         """Delete the tenant's chunks matching ``where`` and the parents left without a chunk."""
         tenant_chunks = and_(chunk_table.c.tenant_id == tenant_id, where)
-        async with self._db.begin() as conn:
+        async with self.engine.begin() as conn:
             rows = (
                 await conn.execute(
                     select(chunk_table.c.chunk_id, chunk_table.c.parent_id)
