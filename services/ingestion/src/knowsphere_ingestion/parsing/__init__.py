@@ -1,6 +1,6 @@
 """Parsing of uploaded files into a ParsedDocument, dispatched by file extension or content type.
 
-This package reads the text-like formats: TXT, Markdown, HTML and CSV.
+This package reads the text-like formats (TXT, Markdown, HTML, CSV) and Office OOXML (DOCX, PPTX, XLSX).
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from pathlib import PurePath
 
 from knowsphere_ingestion.domain.document import ParsedDocument
 from knowsphere_ingestion.parsing.csv import parse_csv
+from knowsphere_ingestion.parsing.docx import parse_docx
 from knowsphere_ingestion.parsing.errors import ParseError, UnsupportedFormat
 from knowsphere_ingestion.parsing.html import parse_html
 from knowsphere_ingestion.parsing.markdown import parse_markdown
+from knowsphere_ingestion.parsing.pptx import parse_pptx
 from knowsphere_ingestion.parsing.text import parse_text
+from knowsphere_ingestion.parsing.xlsx import parse_xlsx
 
 __all__ = ["SUPPORTED_EXTENSIONS", "ParseError", "UnsupportedFormat", "parse"]
 
@@ -27,6 +30,9 @@ _BY_EXTENSION: dict[str, Parser] = {
     ".html": parse_html,
     ".htm": parse_html,
     ".csv": parse_csv,
+    ".docx": parse_docx,
+    ".pptx": parse_pptx,
+    ".xlsx": parse_xlsx,
 }
 _BY_CONTENT_TYPE: dict[str, Parser] = {
     "text/plain": parse_text,
@@ -35,6 +41,9 @@ _BY_CONTENT_TYPE: dict[str, Parser] = {
     "text/html": parse_html,
     "application/xhtml+xml": parse_html,
     "text/csv": parse_csv,
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": parse_docx,
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": parse_pptx,
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": parse_xlsx,
 }
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(_BY_EXTENSION))
 
