@@ -32,6 +32,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Itera
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_BSP_SCHEDULE_DELAY": "200",
+            # A killed ingestion worker's stage moves to another attempt after 5 s, not 30.
+            "KS_INGESTION_ACTIVITY_HEARTBEAT_SECONDS": "5",
         },
     )
     with Stack(config) as running:

@@ -125,9 +125,15 @@ def test_master_key_from_the_environment_wins(tmp_path: Path, monkeypatch: pytes
     assert not (tmp_path / "secrets" / "master.key").exists()
 
 
-def test_worker_only_when_its_module_exists(tmp_path: Path) -> None:
-    # knowsphere_ingestion is not installed next to the launcher.
-    assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path))
+def test_the_ingestion_worker_runs_beside_ingestion_with_its_wiring(tmp_path: Path) -> None:
+    envs = _envs(StackConfig(data_dir=tmp_path))
+    worker, api = envs["ingestion-worker"], envs["ingestion"]
+    assert worker["OTEL_SERVICE_NAME"] == "ingestion-worker"
+    # Same database, object store, peers and Temporal as the API it works for.
+    assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
+        k: v for k, v in api.items() if k != "OTEL_SERVICE_NAME"
+    }
+    assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     subset = _envs(StackConfig(data_dir=tmp_path, services=["retrieval"], nats_enabled=False))
     assert list(subset) == ["temporal", "retrieval"]
 

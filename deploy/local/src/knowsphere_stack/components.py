@@ -232,7 +232,12 @@ def worker_component(config: StackConfig) -> ComponentSpec:
         env=env,
         log_path=config.log_path(INGESTION_WORKER),
         health=[UptimeCheck(seconds=WORKER_MIN_UPTIME)],
-        depends_on=[TEMPORAL] if config.temporal_enabled else [],
+        # After the API: it creates the document tables the worker shares.
+        depends_on=[
+            *([TEMPORAL] if config.temporal_enabled else []),
+            *([NATS] if config.nats_enabled else []),
+            "ingestion",
+        ],
     )
 
 

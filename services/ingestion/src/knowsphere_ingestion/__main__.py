@@ -1,9 +1,15 @@
-"""Wiring of the ingestion service: settings, Temporal client, gRPC server. No logic lives here."""
+"""Wiring of the ingestion API: storage, peers, Temporal client, progress feed, gRPC server.
+
+The workflow workers run as their own process: ``python -m knowsphere_ingestion.worker``.
+"""
 
 from knowsphere_ingestion import SERVICE_NAME
-from knowsphere_ingestion.api.grpc import build_binding
+from knowsphere_ingestion.api.feed import ProgressFeed
+from knowsphere_ingestion.api.grpc import IngestionServicer, build_binding
+from knowsphere_ingestion.core import Reconciler, Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
-from knowsphere_runtime.lifecycle import Component, run_service
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
 from knowsphere_runtime.workflows import TemporalConnection
@@ -13,18 +19,46 @@ def main() -> None:
     settings = load_settings(Settings)
 
     def build() -> list[Component]:
+        storage = Storage(settings)
+        modelhub_channel, retrieval_channel = peer_channels(settings)
+        modelhub, retrieval = peers(settings, modelhub_channel, retrieval_channel)
         temporal = TemporalConnection(
             settings.temporal_address,
             settings.temporal_namespace,
             connect_timeout=settings.temporal_connect_timeout_seconds,
         )
+        broker = build_broker(
+            settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
+        )
+
+        def client() -> object:
+            if temporal.client is None:
+                raise RuntimeError("Temporal is not connected")
+            return temporal.client
+
+        servicer = IngestionServicer(
+            settings=settings,
+            store=storage.store,
+            blobs=storage.blobs,
+            modelhub=modelhub,
+            retrieval=retrieval,
+            temporal=client,  # type: ignore[arg-type]
+            feed=ProgressFeed(broker),
+        )
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding()],
+            bindings=[build_binding(servicer)],
             grace=settings.shutdown_grace_seconds,
         )
-        return [temporal, server]
+        return [
+            ChannelsComponent([modelhub_channel, retrieval_channel]),
+            storage,
+            temporal,
+            BrokerComponent(broker),
+            Reconciler(servicer, storage.store),
+            server,
+        ]
 
     run_service(SERVICE_NAME, settings, build)
 

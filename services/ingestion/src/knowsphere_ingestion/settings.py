@@ -1,9 +1,16 @@
-"""Settings of the ingestion service (environment variables prefixed ``KS_INGESTION_``)."""
+"""Settings of the ingestion service and its workers (environment variables prefixed ``KS_INGESTION_``).
+
+The gRPC API (``python -m knowsphere_ingestion``) and the workflow workers
+(``python -m knowsphere_ingestion.worker``) read the same settings: they share the document database
+and the object store, and each uses the parts it needs.
+"""
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from knowsphere_runtime.settings import ServiceSettings
+
+MIB = 1024 * 1024
 
 
 class Settings(ServiceSettings):
@@ -13,3 +20,44 @@ class Settings(ServiceSettings):
     temporal_address: str = Field(description="host:port of the Temporal frontend")
     temporal_namespace: str = "default"
     temporal_connect_timeout_seconds: float = Field(default=60.0, gt=0)
+    task_queue: str = Field(default="knowsphere-ingestion", description="Temporal task queue of the workers")
+    nats_url: str = Field(description="NATS server for progress events")
+    retrieval_addr: str = Field(description="host:port of retrieval (indexing)")
+    modelhub_addr: str = Field(description="host:port of modelhub (embeddings, VLM, ASR, LLM)")
+
+    # Storage: empty = the embedded defaults under data_dir.
+    database_url: str = Field(default="", description="knowledge bases and documents; empty = SQLite")
+    blob_store_url: str = Field(
+        default="",
+        description="object store: file:///path, or s3://KEY:SECRET@host:port/bucket?secure=false; "
+        "empty = files under data_dir/blobs",
+    )
+
+    # Upload limits.
+    max_file_size_bytes: int = Field(default=100 * MIB, ge=1)
+    upload_chunk_size_bytes: int = Field(default=1 * MIB, ge=4096, le=3 * MIB)
+    max_name_length: int = Field(default=128, ge=1)
+    max_description_length: int = Field(default=2000, ge=0)
+    max_metadata_entries: int = Field(default=32, ge=0)
+    max_page_size: int = Field(default=200, ge=1)
+    default_page_size: int = Field(default=50, ge=1)
+    max_watch_documents: int = Field(default=500, ge=1)
+
+    # Chunking defaults and limits (tokens).
+    min_chunk_size_tokens: int = Field(default=32, ge=8)
+    max_chunk_size_tokens: int = Field(default=2048, ge=64)
+
+    # Workers.
+    worker_max_concurrent_workflows: int = Field(default=64, ge=1)
+    worker_max_concurrent_activities: int = Field(default=64, ge=1)
+    parse_threads: int = Field(default=2, ge=1, description="threads parsing files beside the event loop")
+    embed_batch_size: int = Field(default=64, ge=1, le=256, description="texts per Embed call")
+    embed_batch_wait_ms: int = Field(
+        default=25, ge=0, description="how long the embed batcher waits to fill a batch across documents"
+    )
+    index_batch_size: int = Field(default=128, ge=1, description="chunks per IndexChunks call")
+    activity_max_attempts: int = Field(default=5, ge=1)
+    activity_heartbeat_seconds: float = Field(
+        default=30.0, gt=0, description="a worker silent this long is presumed dead; its stage moves on"
+    )
+    embed_timeout_seconds: float = Field(default=300.0, gt=0)

@@ -1,14 +1,817 @@
-"""The gRPC face of the ingestion service.
+"""The gRPC face of ingestion: knowledge bases, uploads, document status and progress.
 
-Every method of the contract is bound; the ones not built yet answer UNIMPLEMENTED naming the
-capability they belong to.
+Handlers read the tenant from the caller's identity and pass it to every store call, so ids of another
+tenant's knowledge bases or documents answer NOT_FOUND. Bad input answers INVALID_ARGUMENT naming the
+field and the limit, before anything is stored.
 """
 
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import trace
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_ingestion import artifacts
+from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
+from knowsphere_ingestion.adapters.store import (
+    DuplicateContent,
+    DuplicateName,
+    IngestionStore,
+    decode_page_token,
+    encode_page_token,
+)
+from knowsphere_ingestion.api.feed import ProgressFeed
+from knowsphere_ingestion.domain.chunking import ChunkingConfig
+from knowsphere_ingestion.domain.records import (
+    TERMINAL,
+    ChunkingSettings,
+    Document,
+    Failure,
+    KnowledgeBase,
+    Progress,
+)
+from knowsphere_ingestion.formats import BY_EXTENSION, FILE_TYPES, check_content, extension_of
+from knowsphere_ingestion.parsing.ocr import ocr_available
+from knowsphere_ingestion.settings import Settings
+from knowsphere_ingestion.storage.blobs import BlobStore, BlobTooLarge
+from knowsphere_ingestion.workflows import WORKFLOW_NAME, IngestInput, workflow_id
+from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
 
-PENDING_CAPABILITY = "knowledge bases, uploads and the ingestion workflow"
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer("knowsphere.ingestion")
+T = TypeVar("T")
+
+SNIFF_BYTES = 8192
+DELETE_WAIT_SECONDS = 30.0
+
+STATUS_TO_PB = {
+    "queued": pb.DOCUMENT_STATUS_QUEUED,
+    "parsing": pb.DOCUMENT_STATUS_PARSING,
+    "chunking": pb.DOCUMENT_STATUS_CHUNKING,
+    "embedding": pb.DOCUMENT_STATUS_EMBEDDING,
+    "indexing": pb.DOCUMENT_STATUS_INDEXING,
+    "graph": pb.DOCUMENT_STATUS_GRAPH,
+    "ready": pb.DOCUMENT_STATUS_READY,
+    "failed": pb.DOCUMENT_STATUS_FAILED,
+}
+PB_TO_STATUS = {value: key for key, value in STATUS_TO_PB.items()}
+STAGE_TO_PB = {
+    "parse": pb.INGESTION_STAGE_PARSE,
+    "chunk": pb.INGESTION_STAGE_CHUNK,
+    "embed": pb.INGESTION_STAGE_EMBED,
+    "index": pb.INGESTION_STAGE_INDEX,
+    "graph": pb.INGESTION_STAGE_GRAPH,
+}
+MIGRATION_TO_PB = {
+    "running": pb.MIGRATION_STATE_RUNNING,
+    "completed": pb.MIGRATION_STATE_COMPLETED,
+    "failed": pb.MIGRATION_STATE_FAILED,
+}
 
 
-def build_binding() -> ServiceBinding:
-    return bind_service(CONTRACTS["ingestion"].descriptor, None, pending=PENDING_CAPABILITY)
+class RequestError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(field: str, reason: str) -> RequestError:
+    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {reason}")
+
+
+def not_found(what: str, ident: str) -> RequestError:
+    return RequestError(grpc.StatusCode.NOT_FOUND, f"{what} {ident} not found")
+
+
+def _ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def _failure_pb(failure: Failure) -> pb.StageFailure:
+    return pb.StageFailure(
+        stage=STAGE_TO_PB.get(failure.stage, pb.INGESTION_STAGE_UNSPECIFIED),  # type: ignore[arg-type]
+        code=failure.code,
+        reason=failure.reason,
+        attempts=failure.attempts,
+        time=_ts(failure.time),
+    )
+
+
+def progress_pb(document: Document) -> pb.DocumentProgress:
+    progress = document.progress
+    message = pb.DocumentProgress(
+        document_id=document.id,
+        knowledge_base_id=document.knowledge_base_id,
+        status=STATUS_TO_PB[document.status],  # type: ignore[arg-type]
+        percent=round(progress.percent),
+        pages_parsed=progress.pages_parsed,
+        pages_total=progress.pages_total,
+        chunks_total=progress.chunks_total,
+        chunks_embedded=progress.chunks_embedded,
+        chunks_indexed=progress.chunks_indexed,
+        chunks_graphed=progress.chunks_graphed,
+        update_time=_ts(document.update_time),
+    )
+    if progress.eta_seconds is not None and document.status not in TERMINAL:
+        eta = Duration()
+        eta.FromNanoseconds(int(progress.eta_seconds * 1e9))
+        message.eta.CopyFrom(eta)
+    if document.failure is not None and document.status == "failed":
+        message.failure.CopyFrom(_failure_pb(document.failure))
+    return message
+
+
+def document_pb(document: Document) -> pb.Document:
+    message = pb.Document(
+        id=document.id,
+        knowledge_base_id=document.knowledge_base_id,
+        file_name=document.file_name,
+        content_type=document.content_type,
+        size_bytes=document.size_bytes,
+        content_sha256=document.content_sha256,
+        status=STATUS_TO_PB[document.status],  # type: ignore[arg-type]
+        warnings=[_failure_pb(w) for w in document.warnings],
+        progress=progress_pb(document),
+        title=document.title,
+        page_count=document.page_count,
+        chunk_count=document.chunk_count,
+        language=document.language,
+        metadata=document.metadata,
+        create_time=_ts(document.create_time),
+        update_time=_ts(document.update_time),
+        ready_time=_ts(document.ready_time),
+    )
+    if document.failure is not None and document.status == "failed":
+        message.failure.CopyFrom(_failure_pb(document.failure))
+    return message
+
+
+def kb_pb(kb: KnowledgeBase) -> pb.KnowledgeBase:
+    strategy = (
+        pb.CHUNKING_STRATEGY_PARENT_CHILD
+        if kb.chunking.strategy == "parent_child"
+        else pb.CHUNKING_STRATEGY_HEADING
+    )
+    message = pb.KnowledgeBase(
+        id=kb.id,
+        name=kb.name,
+        description=kb.description,
+        embedding_model_id=kb.embedding_model_id,
+        embedding_dimension=kb.embedding_dimension,
+        chunking=pb.ChunkingConfig(
+            strategy=strategy,
+            chunk_size_tokens=kb.chunking.chunk_size_tokens,
+            chunk_overlap_tokens=kb.chunking.chunk_overlap_tokens,
+            parent_size_tokens=kb.chunking.parent_size_tokens,
+            child_size_tokens=kb.chunking.child_size_tokens,
+        ),
+        graph_enabled=kb.graph_enabled,
+        language_hint=kb.language_hint,
+        document_count=kb.document_count,
+        chunk_count=kb.chunk_count,
+        size_bytes=kb.size_bytes,
+        create_time=_ts(kb.create_time),
+        update_time=_ts(kb.update_time),
+    )
+    if kb.migration is not None:
+        m = kb.migration
+        message.migration.CopyFrom(
+            pb.EmbeddingMigration(
+                from_model_id=m.from_model_id,
+                to_model_id=m.to_model_id,
+                state=MIGRATION_TO_PB[m.state],  # type: ignore[arg-type]
+                documents_done=m.documents_done,
+                documents_total=m.documents_total,
+                failure_reason=m.failure_reason,
+                start_time=_ts(m.start_time),
+                end_time=_ts(m.end_time),
+            )
+        )
+    return message
+
+
+@dataclass
+class _Upload:
+    """What the byte stream of an upload turned out to be."""
+
+    head: bytes = b""
+    size: int = 0
+
+
+class IngestionServicer:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: IngestionStore,
+        blobs: BlobStore,
+        modelhub: ModelHub,
+        retrieval: Retrieval,
+        temporal: Callable[[], Client],
+        feed: ProgressFeed | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._blobs = blobs
+        self._modelhub = modelhub
+        self._retrieval = retrieval
+        self._temporal = temporal
+        self._feed = feed
+
+    async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await work()
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except grpc.aio.AioRpcError as error:  # a peer refused: pass its code and words on
+            await context.abort(error.code(), error.details() or error.code().name)
+        raise AssertionError("unreachable")
+
+    # --- knowledge bases ------------------------------------------------------------------------
+
+    def _chunking(self, config: pb.ChunkingConfig | None) -> ChunkingSettings:
+        if config is None:
+            return ChunkingSettings()
+        sizes = {
+            "chunking.chunk_size_tokens": config.chunk_size_tokens,
+            "chunking.chunk_overlap_tokens": config.chunk_overlap_tokens,
+            "chunking.parent_size_tokens": config.parent_size_tokens,
+            "chunking.child_size_tokens": config.child_size_tokens,
+        }
+        low, high = self._settings.min_chunk_size_tokens, self._settings.max_chunk_size_tokens
+        for field, value in sizes.items():
+            if value < 0:
+                raise invalid(field, f"{value} is negative")
+            if field.endswith("overlap_tokens"):
+                continue
+            if value and not low <= value <= high:
+                raise invalid(field, f"{value} tokens is outside the allowed range {low}–{high}")
+        settings = ChunkingSettings(
+            strategy="parent_child" if config.strategy == pb.CHUNKING_STRATEGY_PARENT_CHILD else "headings",
+            chunk_size_tokens=config.chunk_size_tokens,
+            chunk_overlap_tokens=config.chunk_overlap_tokens,
+            parent_size_tokens=config.parent_size_tokens,
+            child_size_tokens=config.child_size_tokens,
+        )
+        try:
+            built: ChunkingConfig = settings.to_config()
+        except ValueError as error:
+            raise invalid("chunking", str(error)) from error
+        del built
+        return settings
+
+    def _name(self, name: str) -> str:
+        name = " ".join(name.split())
+        if not name:
+            raise invalid("name", "required")
+        if len(name) > self._settings.max_name_length:
+            raise invalid("name", f"{len(name)} characters; the limit is {self._settings.max_name_length}")
+        return name
+
+    def _description(self, description: str) -> str:
+        if len(description) > self._settings.max_description_length:
+            raise invalid(
+                "description",
+                f"{len(description)} characters; the limit is {self._settings.max_description_length}",
+            )
+        return description
+
+    @staticmethod
+    def _language(value: str) -> str:
+        value = value.strip()
+        if value and (len(value) > 16 or not all(c.isalnum() or c == "-" for c in value)):
+            raise invalid("language_hint", f"{value!r} is not a BCP-47 tag such as 'zh' or 'en'")
+        return value
+
+    async def _kb(self, kb_id: str, field: str = "knowledge_base_id") -> KnowledgeBase:
+        if not kb_id:
+            raise invalid(field, "required")
+        kb = await self._store.get_kb(require_identity().tenant_id, kb_id)
+        if kb is None:
+            raise not_found("knowledge base", kb_id)
+        return kb
+
+    async def CreateKnowledgeBase(self, request: pb.CreateKnowledgeBaseRequest, context: Any) -> Any:
+        async def work() -> pb.CreateKnowledgeBaseResponse:
+            tenant = require_identity().tenant_id
+            name = self._name(request.name)
+            description = self._description(request.description)
+            chunking = self._chunking(request.chunking if request.HasField("chunking") else None)
+            language = self._language(request.language_hint)
+            try:
+                model = await self._modelhub.resolve_embedding_model(request.embedding_model_id)
+            except LookupError as error:
+                raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, str(error)) from error
+            except ValueError as error:
+                raise invalid("embedding_model_id", str(error)) from error
+            now = datetime.now(UTC)
+            kb = KnowledgeBase(
+                id=uuid.uuid4().hex,
+                tenant_id=tenant,
+                name=name,
+                description=description,
+                embedding_model_id=model.model_id,
+                embedding_dimension=model.dimension,
+                chunking=chunking,
+                graph_enabled=request.graph_enabled,
+                language_hint=language,
+                create_time=now,
+                update_time=now,
+            )
+            try:
+                await self._store.create_kb(kb)
+            except DuplicateName as error:
+                raise RequestError(
+                    grpc.StatusCode.ALREADY_EXISTS, f"name: a knowledge base named {name!r} already exists"
+                ) from error
+            try:
+                await self._retrieval.configure(
+                    kb.id, kb.embedding_model_id, kb.embedding_dimension, kb.language_hint, kb.graph_enabled
+                )
+            except BaseException:
+                await self._store.delete_kb(tenant, kb.id)
+                raise
+            log.info("knowledge base created", knowledge_base_id=kb.id, model=kb.embedding_model_id)
+            return pb.CreateKnowledgeBaseResponse(knowledge_base=kb_pb(kb))
+
+        return await self._run(context, work)
+
+    async def GetKnowledgeBase(self, request: pb.GetKnowledgeBaseRequest, context: Any) -> Any:
+        async def work() -> pb.GetKnowledgeBaseResponse:
+            return pb.GetKnowledgeBaseResponse(
+                knowledge_base=kb_pb(await self._kb(request.knowledge_base_id))
+            )
+
+        return await self._run(context, work)
+
+    def _page_size(self, requested: int) -> int:
+        if requested < 0:
+            raise invalid("page_size", f"{requested} is negative")
+        if requested > self._settings.max_page_size:
+            raise invalid("page_size", f"{requested}; the limit is {self._settings.max_page_size}")
+        return requested or self._settings.default_page_size
+
+    async def ListKnowledgeBases(self, request: pb.ListKnowledgeBasesRequest, context: Any) -> Any:
+        async def work() -> pb.ListKnowledgeBasesResponse:
+            tenant = require_identity().tenant_id
+            size = self._page_size(request.page_size)
+            after = decode_page_token(request.page_token, 1)[0] if request.page_token else None
+            kbs = await self._store.list_kbs(tenant, size + 1, after)
+            token = encode_page_token([kbs[size - 1].name]) if len(kbs) > size else ""
+            return pb.ListKnowledgeBasesResponse(
+                knowledge_bases=[kb_pb(kb) for kb in kbs[:size]], next_page_token=token
+            )
+
+        return await self._run(context, work)
+
+    async def UpdateKnowledgeBase(self, request: pb.UpdateKnowledgeBaseRequest, context: Any) -> Any:
+        async def work() -> pb.UpdateKnowledgeBaseResponse:
+            tenant = require_identity().tenant_id
+            kb = await self._kb(request.knowledge_base_id)
+            values: dict[str, Any] = {}
+            if request.HasField("name"):
+                values["name"] = self._name(request.name)
+            if request.HasField("description"):
+                values["description"] = self._description(request.description)
+            if request.HasField("chunking"):
+                values["chunking"] = self._chunking(request.chunking)
+            if request.HasField("graph_enabled"):
+                values["graph_enabled"] = request.graph_enabled
+            if request.HasField("language_hint"):
+                values["language_hint"] = self._language(request.language_hint)
+            if request.HasField("embedding_model_id") and request.embedding_model_id != kb.embedding_model_id:
+                raise RequestError(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    "embedding_model_id: changing the embedding model of a knowledge base (re-embedding "
+                    "into a new collection) is not implemented yet; create a new knowledge base instead",
+                )
+            if not values:
+                return pb.UpdateKnowledgeBaseResponse(knowledge_base=kb_pb(kb))
+            try:
+                updated = await self._store.update_kb(tenant, kb.id, **values)
+            except DuplicateName as error:
+                raise RequestError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"name: a knowledge base named {values['name']!r} already exists",
+                ) from error
+            if updated is None:
+                raise not_found("knowledge base", kb.id)
+            if "graph_enabled" in values or "language_hint" in values:
+                await self._retrieval.configure(
+                    updated.id,
+                    updated.embedding_model_id,
+                    updated.embedding_dimension,
+                    updated.language_hint,
+                    updated.graph_enabled,
+                )
+            return pb.UpdateKnowledgeBaseResponse(knowledge_base=kb_pb(updated))
+
+        return await self._run(context, work)
+
+    async def DeleteKnowledgeBase(self, request: pb.DeleteKnowledgeBaseRequest, context: Any) -> Any:
+        async def work() -> pb.DeleteKnowledgeBaseResponse:
+            tenant = require_identity().tenant_id
+            kb = await self._kb(request.knowledge_base_id)
+            documents = await self._store.kb_documents(
+                tenant, kb.id, ["queued", "parsing", "chunking", "embedding", "indexing", "graph"]
+            )
+            if not await self._store.delete_kb(tenant, kb.id):
+                raise not_found("knowledge base", kb.id)
+            for document in documents:
+                await self._cancel(document)
+            await self._retrieval.delete_knowledge_base(kb.id)
+            await self._blobs.delete_prefix(artifacts.kb_prefix(tenant, kb.id))
+            for document in await self._store.deleting_documents(limit=1_000_000):
+                if document.tenant_id == tenant and document.knowledge_base_id == kb.id:
+                    await self._store.purge_document(tenant, document.id)
+            log.info("knowledge base deleted", knowledge_base_id=kb.id, documents=len(documents))
+            return pb.DeleteKnowledgeBaseResponse()
+
+        return await self._run(context, work)
+
+    # --- uploads --------------------------------------------------------------------------------
+
+    async def _missing_components(self) -> dict[str, bool]:
+        return {"ocr": not ocr_available()}
+
+    async def GetUploadPolicy(self, request: pb.GetUploadPolicyRequest, context: Any) -> Any:
+        async def work() -> pb.GetUploadPolicyResponse:
+            missing = await self._missing_components()
+            try:
+                missing["asr"] = not await self._modelhub.has_asr()
+            except grpc.aio.AioRpcError:
+                missing["asr"] = True
+            return pb.GetUploadPolicyResponse(
+                max_file_size_bytes=self._settings.max_file_size_bytes,
+                recommended_chunk_size_bytes=self._settings.upload_chunk_size_bytes,
+                file_types=[
+                    pb.SupportedFileType(
+                        extension=t.extension.lstrip("."),
+                        content_types=list(t.content_types),
+                        missing_components=[t.needs] if t.needs and missing.get(t.needs) else [],
+                    )
+                    for t in FILE_TYPES
+                ],
+            )
+
+        return await self._run(context, work)
+
+    async def _check_header(self, header: pb.UploadHeader) -> KnowledgeBase:
+        kb = await self._kb(header.knowledge_base_id, "header.knowledge_base_id")
+        name = header.file_name
+        if not name or "/" in name or "\\" in name or "\x00" in name or len(name) > 255:
+            raise invalid("header.file_name", "a plain file name (no path), 1–255 characters, is required")
+        extension = extension_of(name)
+        file_type = BY_EXTENSION.get(extension)
+        if file_type is None:
+            accepted = ", ".join(t.extension.lstrip(".") for t in FILE_TYPES)
+            raise invalid(
+                "header.file_name",
+                f"unsupported file type {extension or '(no extension)'!r}; accepted: {accepted}",
+            )
+        if file_type.needs == "asr":
+            try:
+                has_asr = await self._modelhub.has_asr()
+            except grpc.aio.AioRpcError:
+                has_asr = False
+            if not has_asr:
+                raise RequestError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"header.file_name: {extension} audio is transcribed by a speech-to-text (ASR) model "
+                    "and none is configured",
+                )
+        limit = self._settings.max_file_size_bytes
+        if header.declared_size_bytes <= 0:
+            raise invalid("header.declared_size_bytes", "must be > 0 (an empty file cannot be ingested)")
+        if header.declared_size_bytes > limit:
+            raise invalid(
+                "header.declared_size_bytes",
+                f"{header.declared_size_bytes} bytes is over the limit of {limit} bytes",
+            )
+        if header.content_sha256 and (
+            len(header.content_sha256) != 64
+            or any(c not in "0123456789abcdef" for c in header.content_sha256.lower())
+        ):
+            raise invalid("header.content_sha256", "must be 64 hex characters")
+        if len(header.metadata) > self._settings.max_metadata_entries:
+            raise invalid(
+                "header.metadata",
+                f"{len(header.metadata)} entries; the limit is {self._settings.max_metadata_entries}",
+            )
+        for key, value in header.metadata.items():
+            if not key or len(key) > 64 or len(value) > 2048:
+                raise invalid("header.metadata", f"key {key[:64]!r}: keys 1–64 and values ≤ 2048 characters")
+        return kb
+
+    async def UploadDocument(
+        self, request_iterator: AsyncIterator[pb.UploadDocumentRequest], context: Any
+    ) -> Any:
+        async def work() -> pb.UploadDocumentResponse:
+            tenant = require_identity().tenant_id
+            first = await anext(aiter(request_iterator), None)
+            if first is None or not first.HasField("header"):
+                raise invalid("header", "the first message of an upload must carry the header")
+            header = first.header
+            with tracer.start_as_current_span("ingestion.upload") as span:
+                kb = await self._check_header(header)
+                span.set_attribute("ks.knowledge_base.id", kb.id)
+                span.set_attribute("ks.file.declared_size_bytes", header.declared_size_bytes)
+                document_id = uuid.uuid4().hex
+                key = artifacts.file_key(tenant, kb.id, document_id)
+                seen = _Upload()
+                digest = hashlib.sha256()
+
+                async def chunks() -> AsyncIterator[bytes]:
+                    async for message in request_iterator:
+                        if message.HasField("header"):
+                            raise invalid("header", "only the first message may carry a header")
+                        data = message.chunk
+                        if len(seen.head) < SNIFF_BYTES:
+                            seen.head += data[: SNIFF_BYTES - len(seen.head)]
+                            problem = (
+                                check_content(header.file_name, seen.head)
+                                if len(seen.head) >= min(SNIFF_BYTES, header.declared_size_bytes)
+                                else None
+                            )
+                            if problem:
+                                raise invalid("header.file_name", problem)
+                        seen.size += len(data)
+                        digest.update(data)
+                        yield data
+
+                limit = min(header.declared_size_bytes, self._settings.max_file_size_bytes)
+                try:
+                    stored = await self._blobs.put(key, chunks(), max_bytes=limit)
+                except BlobTooLarge as error:
+                    raise invalid(
+                        "chunk",
+                        f"more bytes arrived than the declared {header.declared_size_bytes} "
+                        f"(limit {self._settings.max_file_size_bytes} bytes)",
+                    ) from error
+                try:
+                    if stored.size_bytes != header.declared_size_bytes:
+                        raise invalid(
+                            "header.declared_size_bytes",
+                            f"declared {header.declared_size_bytes} bytes but {stored.size_bytes} arrived",
+                        )
+                    if header.content_sha256 and header.content_sha256.lower() != stored.sha256:
+                        raise invalid(
+                            "header.content_sha256", f"does not match the content ({stored.sha256})"
+                        )
+                    problem = check_content(header.file_name, seen.head)
+                    if problem:
+                        raise invalid("header.file_name", problem)
+                    existing = await self._store.find_by_content(tenant, kb.id, stored.sha256)
+                    if existing is not None:
+                        raise DuplicateContent(existing)
+                    now = datetime.now(UTC)
+                    document = Document(
+                        id=document_id,
+                        tenant_id=tenant,
+                        knowledge_base_id=kb.id,
+                        file_name=header.file_name,
+                        content_type=BY_EXTENSION[extension_of(header.file_name)].content_types[0],
+                        size_bytes=stored.size_bytes,
+                        content_sha256=stored.sha256,
+                        blob_key=key,
+                        status="queued",
+                        ingest_run_id=uuid.uuid4().hex[:16],
+                        metadata=dict(header.metadata),
+                        create_time=now,
+                        update_time=now,
+                    )
+                    await self._store.create_document(document)
+                except DuplicateContent as duplicate:
+                    await self._blobs.delete(key)
+                    span.set_attribute("ks.document.duplicate", True)
+                    return pb.UploadDocumentResponse(document=document_pb(duplicate.existing), duplicate=True)
+                except BaseException:
+                    await self._blobs.delete(key)
+                    raise
+                span.set_attribute("ks.document.id", document.id)
+                try:
+                    await self._start(document)
+                except BaseException:
+                    await self._store.purge_document(tenant, document.id)
+                    await self._blobs.delete(key)
+                    raise
+                log.info("document uploaded", document_id=document.id, size=stored.size_bytes)
+                return pb.UploadDocumentResponse(document=document_pb(document), duplicate=False)
+
+        return await self._run(context, work)
+
+    def _job(self, document: Document) -> IngestInput:
+        identity = require_identity()
+        return IngestInput(
+            tenant_id=document.tenant_id,
+            user_id=identity.user_id,
+            document_id=document.id,
+            knowledge_base_id=document.knowledge_base_id,
+            run_id=document.ingest_run_id,
+            max_attempts=self._settings.activity_max_attempts,
+            heartbeat_seconds=self._settings.activity_heartbeat_seconds,
+        )
+
+    async def _start(self, document: Document) -> None:
+        job = self._job(document)
+        with contextlib.suppress(WorkflowAlreadyStartedError):  # a retried start: the run is there
+            await self._temporal().start_workflow(
+                WORKFLOW_NAME,
+                job,
+                id=workflow_id(document.id, document.ingest_run_id),
+                task_queue=self._settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+
+    def _handle(self, document: Document) -> WorkflowHandle[Any, Any]:
+        return self._temporal().get_workflow_handle(workflow_id(document.id, document.ingest_run_id))
+
+    async def _cancel(self, document: Document) -> None:
+        """Cancels the document's workflow and waits (bounded) until it stopped touching the indexes."""
+        if document.status in TERMINAL:
+            return
+        handle = self._handle(document)
+        try:
+            await handle.cancel()
+            await asyncio.wait_for(handle.result(), timeout=DELETE_WAIT_SECONDS)
+        except Exception:  # cancelled, already finished, or never started: all fine here
+            pass
+
+    # --- documents ------------------------------------------------------------------------------
+
+    async def _document(self, document_id: str) -> Document:
+        if not document_id:
+            raise invalid("document_id", "required")
+        document = await self._store.get_document(require_identity().tenant_id, document_id)
+        if document is None:
+            raise not_found("document", document_id)
+        return document
+
+    async def GetDocument(self, request: pb.GetDocumentRequest, context: Any) -> Any:
+        async def work() -> pb.GetDocumentResponse:
+            return pb.GetDocumentResponse(document=document_pb(await self._document(request.document_id)))
+
+        return await self._run(context, work)
+
+    async def ListDocuments(self, request: pb.ListDocumentsRequest, context: Any) -> Any:
+        async def work() -> pb.ListDocumentsResponse:
+            tenant = require_identity().tenant_id
+            kb = await self._kb(request.knowledge_base_id)
+            size = self._page_size(request.page_size)
+            statuses = []
+            for value in request.statuses:
+                if value not in PB_TO_STATUS:
+                    raise invalid("statuses", f"{value} is not a document status")
+                statuses.append(PB_TO_STATUS[value])
+            after = None
+            if request.page_token:
+                rank, last_id = decode_page_token(request.page_token, 2)
+                after = (float(rank), last_id)
+            documents = await self._store.list_documents(
+                tenant, kb.id, statuses=statuses, limit=size + 1, after=after
+            )
+            token = ""
+            if len(documents) > size:
+                last = documents[size - 1]
+                token = encode_page_token([repr(await self._store.document_rank(tenant, last.id)), last.id])
+            return pb.ListDocumentsResponse(
+                documents=[document_pb(d) for d in documents[:size]], next_page_token=token
+            )
+
+        return await self._run(context, work)
+
+    async def DeleteDocument(self, request: pb.DeleteDocumentRequest, context: Any) -> Any:
+        async def work() -> pb.DeleteDocumentResponse:
+            tenant = require_identity().tenant_id
+            document = await self._document(request.document_id)
+            await self._store.mark_deleting(tenant, document.id)
+            await self._purge(document)
+            return pb.DeleteDocumentResponse()
+
+        return await self._run(context, work)
+
+    async def _purge(self, document: Document) -> None:
+        """Removes a document marked for deletion everywhere; safe to repeat after a crash."""
+        await self._cancel(document)
+        await self._retrieval.delete_document(document.knowledge_base_id, document.id)
+        await self._blobs.delete_prefix(
+            artifacts.document_prefix(document.tenant_id, document.knowledge_base_id, document.id)
+        )
+        await self._store.purge_document(document.tenant_id, document.id)
+        log.info("document deleted", document_id=document.id)
+
+    async def ReingestDocument(self, request: pb.ReingestDocumentRequest, context: Any) -> Any:
+        async def work() -> pb.ReingestDocumentResponse:
+            tenant = require_identity().tenant_id
+            document = await self._document(request.document_id)
+            if document.status not in TERMINAL:
+                raise RequestError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"document {document.id} is still being ingested ({document.status})",
+                )
+            run_id = uuid.uuid4().hex[:16]
+            updated = await self._store.update_document(
+                tenant,
+                document.id,
+                run_id=document.ingest_run_id,
+                ingest_run_id=run_id,
+                status="queued",
+                failure=None,
+                progress=Progress(),
+            )
+            if updated is None:
+                raise RequestError(
+                    grpc.StatusCode.ABORTED, f"document {document.id} changed meanwhile; retry"
+                )
+            await self._start(updated)
+            return pb.ReingestDocumentResponse(document=document_pb(updated))
+
+        return await self._run(context, work)
+
+    async def WatchDocumentProgress(self, request: pb.WatchDocumentProgressRequest, context: Any) -> Any:
+        tenant = require_identity().tenant_id
+        target = request.WhichOneof("target")
+        try:
+            if target is None:
+                raise invalid("target", "documents or knowledge_base_id is required")
+            if target == "documents":
+                ids = list(dict.fromkeys(request.documents.document_ids))
+                if not ids:
+                    raise invalid("documents.document_ids", "at least one id is required")
+                if len(ids) > self._settings.max_watch_documents:
+                    raise invalid(
+                        "documents.document_ids",
+                        f"{len(ids)} ids; the limit is {self._settings.max_watch_documents}",
+                    )
+                kb_id = ""
+            else:
+                kb_id = (await self._kb(request.knowledge_base_id)).id
+                ids = []
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+            return
+        if self._feed is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "progress events are not connected")
+            return
+        async with self._feed.subscribe() as events:
+            # Subscribe first, then read the current state, so no change between the two is lost.
+            waiting: set[str] = set()
+            if ids:
+                found = await self._store.get_documents(tenant, ids)
+                missing = set(ids) - {d.id for d in found}
+                if missing:
+                    await context.abort(
+                        grpc.StatusCode.NOT_FOUND, f"documents not found: {', '.join(sorted(missing))}"
+                    )
+                    return
+            else:
+                found = await self._store.list_documents(tenant, kb_id, statuses=[], limit=10_000, after=None)
+            for document in found:
+                yield pb.WatchDocumentProgressResponse(progress=progress_pb(document))
+                if document.status not in TERMINAL:
+                    waiting.add(document.id)
+            if ids and not waiting:
+                return
+            async for event in events:
+                if event.knowledge_base_id != kb_id and event.document_id not in waiting:
+                    continue
+                document = await self._store.get_document(tenant, event.document_id)
+                if document is None:
+                    continue
+                yield pb.WatchDocumentProgressResponse(progress=progress_pb(document))
+                if ids and document.status in TERMINAL:
+                    waiting.discard(document.id)
+                    if not waiting:
+                        return
+
+
+def build_binding(servicer: IngestionServicer) -> ServiceBinding:
+    return bind_service(
+        CONTRACTS["ingestion"].descriptor,
+        servicer,
+        pending="embedding-model migration of knowledge bases",
+    )

@@ -1,6 +1,8 @@
 """Parsing of uploaded files into a ParsedDocument, dispatched by file extension or content type.
 
-This package reads the text-like formats (TXT, Markdown, HTML, CSV) and Office OOXML (DOCX, PPTX, XLSX).
+This package reads the text-like formats (TXT, Markdown, HTML, CSV), Office OOXML (DOCX, PPTX, XLSX), PDF
+(text layer, OCR for scanned pages) and images (OCR). Audio is not parsed here: it is transcribed by a
+remote speech model elsewhere in the workflow.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from knowsphere_ingestion.parsing.csv import parse_csv
 from knowsphere_ingestion.parsing.docx import parse_docx
 from knowsphere_ingestion.parsing.errors import ParseError, UnsupportedFormat
 from knowsphere_ingestion.parsing.html import parse_html
+from knowsphere_ingestion.parsing.image import parse_image
 from knowsphere_ingestion.parsing.markdown import parse_markdown
+from knowsphere_ingestion.parsing.pdf import parse_pdf
 from knowsphere_ingestion.parsing.pptx import parse_pptx
 from knowsphere_ingestion.parsing.text import parse_text
 from knowsphere_ingestion.parsing.xlsx import parse_xlsx
@@ -33,6 +37,14 @@ _BY_EXTENSION: dict[str, Parser] = {
     ".docx": parse_docx,
     ".pptx": parse_pptx,
     ".xlsx": parse_xlsx,
+    ".pdf": parse_pdf,
+    ".png": parse_image,
+    ".jpg": parse_image,
+    ".jpeg": parse_image,
+    ".bmp": parse_image,
+    ".tif": parse_image,
+    ".tiff": parse_image,
+    ".webp": parse_image,
 }
 _BY_CONTENT_TYPE: dict[str, Parser] = {
     "text/plain": parse_text,
@@ -44,6 +56,14 @@ _BY_CONTENT_TYPE: dict[str, Parser] = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": parse_docx,
     "application/vnd.openxmlformats-officedocument.presentationml.presentation": parse_pptx,
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": parse_xlsx,
+    "application/pdf": parse_pdf,
+    "application/x-pdf": parse_pdf,
+    "image/png": parse_image,
+    "image/jpeg": parse_image,
+    "image/bmp": parse_image,
+    "image/x-ms-bmp": parse_image,
+    "image/tiff": parse_image,
+    "image/webp": parse_image,
 }
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(_BY_EXTENSION))
 

@@ -1,0 +1,667 @@
+"""The activities of IngestDocument: one per stage, each idempotent and resumable.
+
+Every activity starts by checking that its run is still the document's current one (a re-ingest or a
+delete supersedes it) and records the stage as the document's status; it ends by storing its output
+as an artifact and the time it took. Errors that a retry cannot fix are raised as non-retryable
+``PermanentFailure`` with a code and a readable reason; anything else is retried by the workflow's
+policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import PurePath
+from typing import Any, NoReturn
+
+import grpc
+import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import trace
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
+from knowsphere_ingestion import artifacts
+from knowsphere_ingestion.adapters.peers import EmbedBatcher, ModelHub, Retrieval
+from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.domain import graph_extraction as gx
+from knowsphere_ingestion.domain.chunking import ChunkDraft, chunk_document
+from knowsphere_ingestion.domain.document import Block, ParsedDocument
+from knowsphere_ingestion.domain.records import (
+    STAGE_SPAN,
+    STAGE_STATUS,
+    Document,
+    Failure,
+    KnowledgeBase,
+    Progress,
+)
+from knowsphere_ingestion.formats import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from knowsphere_ingestion.parsing import ParseError, UnsupportedFormat, parse
+from knowsphere_ingestion.parsing.language import guess_language
+from knowsphere_ingestion.storage.blobs import BlobNotFound, BlobStore
+from knowsphere_ingestion.workflows import PERMANENT, FailInput, GraphOutcome, IngestInput, StageResult
+from knowsphere_runtime.identity import Identity, bound_identity
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer("knowsphere.ingestion")
+
+Publish = Callable[[Event], Awaitable[None]]
+
+# gRPC codes a retry will not fix.
+_PERMANENT_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.OUT_OF_RANGE,
+}
+PROGRESS_INTERVAL_SECONDS = 1.0
+GRAPH_BATCH_TOKENS = 1500
+STATUS_PB = {
+    "queued": rpb.DOCUMENT_STATUS_QUEUED,
+    "parsing": rpb.DOCUMENT_STATUS_PARSING,
+    "chunking": rpb.DOCUMENT_STATUS_CHUNKING,
+    "embedding": rpb.DOCUMENT_STATUS_EMBEDDING,
+    "indexing": rpb.DOCUMENT_STATUS_INDEXING,
+    "graph": rpb.DOCUMENT_STATUS_GRAPH,
+    "ready": rpb.DOCUMENT_STATUS_READY,
+    "failed": rpb.DOCUMENT_STATUS_FAILED,
+}
+
+
+def permanent(code: str, reason: str) -> ApplicationError:
+    attempt = activity.info().attempt if activity.in_activity() else 0
+    return ApplicationError(
+        reason, {"code": code, "reason": reason, "attempt": attempt}, type=PERMANENT, non_retryable=True
+    )
+
+
+def _retryable(code: str, reason: str) -> ApplicationError:
+    attempt = activity.info().attempt if activity.in_activity() else 0
+    return ApplicationError(reason, {"code": code, "reason": reason, "attempt": attempt}, type=code)
+
+
+def parse_error_code(message: str) -> str:
+    lowered = message.lower()
+    if "encrypted" in lowered or "password" in lowered:
+        return "encrypted"
+    if "empty" in lowered:
+        return "empty_document"
+    if "limit" in lowered or "ratio" in lowered or "too large" in lowered:
+        return "archive_too_large"
+    return "corrupt_file"
+
+
+def _raise_rpc(error: grpc.aio.AioRpcError, what: str, code: str) -> NoReturn:
+    reason = f"{what}: {error.details() or error.code().name}"
+    if error.code() in _PERMANENT_CODES:
+        raise permanent(code, reason) from error
+    raise _retryable(code, reason) from error
+
+
+def _timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def embedding_text(chunk: ChunkDraft) -> str:
+    """What is embedded for a chunk: its heading path as context, then its text."""
+    if chunk.heading_path:
+        return " > ".join(chunk.heading_path) + "\n" + chunk.text
+    return chunk.text
+
+
+class _Stage:
+    """The bookkeeping around one activity run: status, progress events, timing."""
+
+    def __init__(self, owner: IngestionActivities, job: IngestInput, stage: str, document: Document) -> None:
+        self.owner = owner
+        self.job = job
+        self.stage = stage
+        self.document = document
+        self.started = time.perf_counter()
+        self._last_progress = 0.0
+
+    def percent(self, fraction: float) -> float:
+        low, high = STAGE_SPAN[self.stage]
+        return round(low + (high - low) * max(0.0, min(1.0, fraction)), 1)
+
+    async def progress(
+        self, done: int, total: int, progress: Progress, *, force: bool = False, eta: float | None = None
+    ) -> None:
+        now = time.perf_counter()
+        if not force and now - self._last_progress < PROGRESS_INTERVAL_SECONDS:
+            return
+        self._last_progress = now
+        progress = replace(progress, percent=self.percent(done / total if total else 0.0), eta_seconds=eta)
+        updated = await self.owner.store.update_document(
+            self.job.tenant_id, self.job.document_id, run_id=self.job.run_id, progress=progress
+        )
+        if updated is not None:
+            self.document = updated
+        await self.owner.emit_progress(self.job, STAGE_STATUS[self.stage], progress.percent, done, total, eta)
+
+    async def finish(self, **values: Any) -> None:
+        seconds = time.perf_counter() - self.started
+        updated = await self.owner.store.finish_stage(
+            self.job.tenant_id, self.job.document_id, self.job.run_id, self.stage, seconds, **values
+        )
+        if updated is not None:
+            self.document = updated
+
+
+class IngestionActivities:
+    def __init__(
+        self,
+        *,
+        store: IngestionStore,
+        blobs: BlobStore,
+        modelhub: ModelHub,
+        retrieval: Retrieval,
+        batcher: EmbedBatcher,
+        publish: Publish,
+        parse_executor: Executor,
+        index_batch_size: int = 128,
+        vectors_per_artifact: int = 64,
+    ) -> None:
+        self.store = store
+        self.blobs = blobs
+        self.modelhub = modelhub
+        self.retrieval = retrieval
+        self.batcher = batcher
+        self.publish = publish
+        self.parse_executor = parse_executor
+        self.index_batch_size = index_batch_size
+        self.vectors_per_artifact = vectors_per_artifact
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.parse_document,
+            self.chunk_document,
+            self.embed_chunks,
+            self.index_chunks,
+            self.extract_graph,
+            self.finish_graph,
+            self.fail_document,
+        ]
+
+    # --- shared ---------------------------------------------------------------------------------
+
+    async def emit_progress(
+        self, job: IngestInput, status: str, percent: float, done: int, total: int, eta: float | None
+    ) -> None:
+        try:
+            await self.publish(
+                DocumentProgress(
+                    document_id=job.document_id,
+                    knowledge_base_id=job.knowledge_base_id,
+                    stage=status,  # type: ignore[arg-type]
+                    percent=percent,
+                    done=done,
+                    total=total,
+                    eta_seconds=eta,
+                )
+            )
+        except Exception:  # progress is advisory; the status in the database is the truth
+            log.warning("progress event not published", document_id=job.document_id, exc_info=True)
+
+    async def _begin(self, job: IngestInput, stage: str) -> _Stage:
+        document = await self.store.get_document(job.tenant_id, job.document_id)
+        if document is None or document.ingest_run_id != job.run_id:
+            raise permanent(
+                "superseded", "the document was deleted or re-ingested while this run was working"
+            )
+        status = STAGE_STATUS[stage]
+        progress = replace(document.progress, percent=STAGE_SPAN[stage][0], eta_seconds=None)
+        updated = await self.store.update_document(
+            job.tenant_id, job.document_id, run_id=job.run_id, status=status, progress=progress
+        )
+        current = _Stage(self, job, stage, updated or document)
+        await self.emit_progress(job, status, progress.percent, 0, 0, None)
+        return current
+
+    async def _kb(self, job: IngestInput) -> KnowledgeBase:
+        kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id)
+        if kb is None:
+            raise permanent(
+                "knowledge_base_deleted", f"knowledge base {job.knowledge_base_id} no longer exists"
+            )
+        return kb
+
+    def _run_prefix(self, job: IngestInput) -> str:
+        return artifacts.run_prefix(job.tenant_id, job.knowledge_base_id, job.document_id, job.run_id)
+
+    async def _chunks(self, job: IngestInput) -> list[ChunkDraft]:
+        try:
+            data = await artifacts.get_json(self.blobs, self._run_prefix(job) + "chunks.json")
+        except BlobNotFound as error:
+            raise _retryable(
+                "artifact_missing", "the chunks of this run are missing; chunking again"
+            ) from error
+        return artifacts.chunks_from_json(data)
+
+    # --- parse ----------------------------------------------------------------------------------
+
+    @activity.defn(name="parse_document")
+    async def parse_document(self, job: IngestInput) -> StageResult:
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            stage = await self._begin(job, "parse")
+            document = stage.document
+            key = self._run_prefix(job) + "parsed.json"
+            if await self.blobs.exists(key):
+                parsed = artifacts.parsed_from_json(await artifacts.get_json(self.blobs, key))
+            else:
+                try:
+                    data = await self.blobs.read(document.blob_key)
+                except BlobNotFound as error:
+                    raise permanent(
+                        "file_missing", "the uploaded file is no longer in the object store"
+                    ) from error
+                parsed = await self._parse(document, data)
+                await artifacts.put_json(self.blobs, key, artifacts.parsed_to_json(parsed))
+            progress = replace(
+                document.progress, pages_parsed=parsed.page_count, pages_total=parsed.page_count
+            )
+            await stage.finish(
+                title=parsed.title,
+                page_count=parsed.page_count,
+                language=parsed.language,
+                progress=replace(progress, percent=STAGE_SPAN["parse"][1]),
+                warnings=list(document.warnings) + self._parse_warnings(parsed),
+            )
+            return StageResult(items=parsed.page_count)
+
+    def _parse_warnings(self, parsed: ParsedDocument) -> list[Failure]:
+        missing = parsed.metadata.get("ocr_missing_pages", "")
+        if not missing:
+            return []
+        return [
+            Failure(
+                stage="parse",
+                code="ocr_unavailable",
+                reason=f"pages {missing} have no text layer and OCR is not available; they were skipped",
+                time=datetime.now(UTC),
+            )
+        ]
+
+    async def _parse(self, document: Document, data: bytes) -> ParsedDocument:
+        extension = PurePath(document.file_name).suffix.lower()
+        if extension in AUDIO_EXTENSIONS:
+            return await self._transcribe(document, data)
+        loop = asyncio.get_running_loop()
+        with tracer.start_as_current_span("ingestion.parse_file") as span:
+            span.set_attribute("ks.file.extension", extension)
+            span.set_attribute("ks.file.size_bytes", len(data))
+            try:
+                parsed = await loop.run_in_executor(
+                    self.parse_executor, parse, data, document.file_name, document.content_type
+                )
+            except UnsupportedFormat as error:
+                raise permanent("unsupported_format", str(error)) from error
+            except ParseError as error:
+                raise permanent(parse_error_code(str(error)), str(error)) from error
+            span.set_attribute("ks.document.pages", parsed.page_count)
+            span.set_attribute("ks.document.blocks", len(parsed.blocks))
+        if extension in IMAGE_EXTENSIONS:
+            parsed = await self._describe_image(document, data, parsed)
+        if not parsed.language:
+            parsed = replace(parsed, language=guess_language(parsed.text[:20000]))
+        return parsed
+
+    async def _describe_image(
+        self, document: Document, data: bytes, parsed: ParsedDocument
+    ) -> ParsedDocument:
+        try:
+            if not await self.modelhub.has_default(mpb.MODEL_TYPE_VLM):
+                return parsed
+            description = await self.modelhub.describe_image(
+                data, document.content_type or "image/png", parsed.language or "en"
+            )
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, "describing the image", "vlm_failed")
+        if not description.strip():
+            return parsed
+        block = Block(kind="image", text=description.strip())
+        return replace(parsed, blocks=[*parsed.blocks, block], metadata={**parsed.metadata, "vlm": "1"})
+
+    async def _transcribe(self, document: Document, data: bytes) -> ParsedDocument:
+        try:
+            if not await self.modelhub.has_default(mpb.MODEL_TYPE_ASR):
+                raise permanent(
+                    "no_model_configured", "audio needs a speech-to-text (ASR) model; none is set"
+                )
+            text, language = await self.modelhub.transcribe(
+                data, document.content_type, document.file_name, ""
+            )
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, "transcribing the audio", "asr_failed")
+        paragraphs = [p.strip() for p in text.split("\n") if p.strip()]
+        if not paragraphs:
+            raise permanent("empty_document", "the transcript of the audio is empty")
+        blocks = [Block(kind="paragraph", text=p) for p in paragraphs]
+        return ParsedDocument(blocks=blocks, title=PurePath(document.file_name).stem, language=language)
+
+    # --- chunk ----------------------------------------------------------------------------------
+
+    @activity.defn(name="chunk_document")
+    async def chunk_document(self, job: IngestInput) -> StageResult:
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            stage = await self._begin(job, "chunk")
+            kb = await self._kb(job)
+            prefix = self._run_prefix(job)
+            try:
+                parsed = artifacts.parsed_from_json(
+                    await artifacts.get_json(self.blobs, prefix + "parsed.json")
+                )
+            except BlobNotFound as error:
+                raise _retryable("artifact_missing", "the parsed document of this run is missing") from error
+            config = kb.chunking.to_config()
+            loop = asyncio.get_running_loop()
+            chunks = await loop.run_in_executor(
+                self.parse_executor, chunk_document, job.document_id, parsed, config
+            )
+            if not chunks:
+                raise permanent("empty_document", f"{stage.document.file_name} contains no text to index")
+            await artifacts.put_json(self.blobs, prefix + "chunks.json", artifacts.chunks_to_json(chunks))
+            progress = replace(
+                stage.document.progress, chunks_total=len(chunks), percent=STAGE_SPAN["chunk"][1]
+            )
+            await stage.finish(progress=progress)
+            return StageResult(items=len(chunks))
+
+    # --- embed ----------------------------------------------------------------------------------
+
+    @activity.defn(name="embed_chunks")
+    async def embed_chunks(self, job: IngestInput) -> StageResult:
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            stage = await self._begin(job, "embed")
+            kb = await self._kb(job)
+            chunks = await self._chunks(job)
+            prefix = self._run_prefix(job)
+            per = self.vectors_per_artifact
+            parts = [chunks[i : i + per] for i in range(0, len(chunks), per)]
+            done = 0
+            embedded_now = 0
+            progress = replace(stage.document.progress, chunks_total=len(chunks))
+            with tracer.start_as_current_span("ingestion.embed_batches") as span:
+                span.set_attribute("ks.embedding.model_id", kb.embedding_model_id)
+                span.set_attribute("ks.chunks", len(chunks))
+                for number, part in enumerate(parts):
+                    key = artifacts.vectors_key(prefix, kb.embedding_model_id, number)
+                    if not await self.blobs.exists(key):
+                        try:
+                            vectors = await self.batcher.embed(
+                                kb.embedding_model_id, [embedding_text(c) for c in part]
+                            )
+                        except grpc.aio.AioRpcError as error:
+                            _raise_rpc(error, f"embedding with {kb.embedding_model_id}", "embedding_failed")
+                        if len(vectors) != len(part) or any(
+                            len(v) != kb.embedding_dimension for v in vectors
+                        ):
+                            raise permanent(
+                                "embedding_failed",
+                                f"{kb.embedding_model_id} returned vectors of the wrong count or dimension "
+                                f"(expected {len(part)} × {kb.embedding_dimension})",
+                            )
+                        await artifacts.put_json(self.blobs, key, artifacts.vectors_to_json(vectors))
+                        embedded_now += len(part)
+                    done += len(part)
+                    activity.heartbeat(number)
+                    elapsed = time.perf_counter() - stage.started
+                    eta = (len(chunks) - done) * elapsed / embedded_now if embedded_now else None
+                    progress = replace(progress, chunks_embedded=done)
+                    await stage.progress(done, len(chunks), progress, force=number == len(parts) - 1, eta=eta)
+                span.set_attribute("ks.chunks.resumed", len(chunks) - embedded_now)
+            await stage.finish(progress=replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None))
+            return StageResult(items=len(chunks))
+
+    # --- index ----------------------------------------------------------------------------------
+
+    @activity.defn(name="index_chunks")
+    async def index_chunks(self, job: IngestInput) -> StageResult:
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            stage = await self._begin(job, "index")
+            kb = await self._kb(job)
+            chunks = await self._chunks(job)
+            prefix = self._run_prefix(job)
+            per = self.vectors_per_artifact
+            vectors: list[list[float]] = []
+            for number in range((len(chunks) + per - 1) // per):
+                key = artifacts.vectors_key(prefix, kb.embedding_model_id, number)
+                try:
+                    vectors.extend(artifacts.vectors_from_json(await artifacts.get_json(self.blobs, key)))
+                except BlobNotFound as error:
+                    raise _retryable("artifact_missing", f"vectors of batch {number} are missing") from error
+            document = stage.document
+            messages = [
+                self._chunk_message(job, document, kb, c, v) for c, v in zip(chunks, vectors, strict=True)
+            ]
+            progress = replace(document.progress, chunks_total=len(chunks), chunks_embedded=len(chunks))
+            try:
+                for start in range(0, len(messages), self.index_batch_size):
+                    await self._still_current(job)
+                    await self.retrieval.index(messages[start : start + self.index_batch_size])
+                    done = min(len(messages), start + self.index_batch_size)
+                    activity.heartbeat(done)
+                    progress = replace(progress, chunks_indexed=done)
+                    await stage.progress(done, len(messages), progress)
+                await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
+                status = "graph" if kb.graph_enabled else "ready"
+                await self.retrieval.put_document_info(self._info(document, status, len(chunks)))
+            except grpc.aio.AioRpcError as error:
+                _raise_rpc(error, "indexing into retrieval", "indexing_failed")
+            now = datetime.now(UTC)
+            await stage.finish(
+                status=status,
+                chunk_count=len(chunks),
+                ready_time=now,
+                failure=None,
+                progress=replace(progress, percent=100.0 if status == "ready" else STAGE_SPAN["graph"][0]),
+            )
+            if await self.store.get_document(job.tenant_id, job.document_id) is None:
+                # Deleted while the last batch was being written: take back what this run indexed.
+                await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
+                raise permanent("superseded", "the document was deleted while it was being indexed")
+            if status == "ready":
+                await self._finished(job, "ready", len(chunks))
+            else:
+                await self.emit_progress(job, "graph", STAGE_SPAN["graph"][0], 0, len(chunks), None)
+            return StageResult(items=len(chunks), graph_enabled=kb.graph_enabled)
+
+    async def _still_current(self, job: IngestInput) -> None:
+        document = await self.store.get_document(job.tenant_id, job.document_id)
+        if document is None or document.ingest_run_id != job.run_id:
+            raise permanent(
+                "superseded", "the document was deleted or re-ingested while this run was working"
+            )
+
+    def _chunk_message(
+        self, job: IngestInput, document: Document, kb: KnowledgeBase, chunk: ChunkDraft, vector: list[float]
+    ) -> rpb.Chunk:
+        return rpb.Chunk(
+            id=chunk.id,
+            document_id=job.document_id,
+            knowledge_base_id=job.knowledge_base_id,
+            file_name=document.file_name,
+            text=chunk.text,
+            parent_id=chunk.parent_id,
+            parent_text=chunk.parent_text,
+            position=chunk.position,
+            heading_path=list(chunk.heading_path),
+            page=chunk.page,
+            embeddings=[
+                rpb.ChunkEmbedding(model_id=kb.embedding_model_id, dimension=len(vector), values=vector)
+            ],
+            metadata={**chunk.metadata, **{f"doc.{k}": v for k, v in document.metadata.items()}},
+            ingest_run_id=job.run_id,
+            token_count=chunk.token_count,
+        )
+
+    def _info(self, document: Document, status: str, chunk_count: int) -> rpb.DocumentMetadata:
+        return rpb.DocumentMetadata(
+            document_id=document.id,
+            knowledge_base_id=document.knowledge_base_id,
+            file_name=document.file_name,
+            title=document.title,
+            content_type=document.content_type,
+            size_bytes=document.size_bytes,
+            page_count=document.page_count,
+            language=document.language,
+            status=STATUS_PB[status],  # type: ignore[arg-type]
+            create_time=_timestamp(document.create_time),
+            metadata=document.metadata,
+        )
+
+    async def _finished(
+        self, job: IngestInput, status: str, chunk_count: int, failure: Failure | None = None
+    ) -> None:
+        try:
+            await self.publish(
+                DocumentFinished(
+                    document_id=job.document_id,
+                    knowledge_base_id=job.knowledge_base_id,
+                    status=status,  # type: ignore[arg-type]
+                    failed_stage=STAGE_STATUS.get(failure.stage) if failure else None,
+                    reason=failure.reason if failure else None,
+                    chunk_count=chunk_count,
+                )
+            )
+        except Exception:
+            log.warning("finished event not published", document_id=job.document_id, exc_info=True)
+
+    # --- graph ----------------------------------------------------------------------------------
+
+    @activity.defn(name="extract_graph")
+    async def extract_graph(self, job: IngestInput) -> StageResult:
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            document = await self.store.get_document(job.tenant_id, job.document_id)
+            if document is None or document.ingest_run_id != job.run_id:
+                raise permanent("superseded", "the document was deleted or re-ingested")
+            stage = _Stage(self, job, "graph", document)
+            chunks = await self._chunks(job)
+            batches = gx.batch_chunks(
+                [gx.ChunkText(id=c.id, text=c.text, heading_path=c.heading_path) for c in chunks],
+                GRAPH_BATCH_TOKENS,
+            )
+            results: list[gx.GraphExtraction] = []
+            done = 0
+            progress = document.progress
+            for number, batch in enumerate(batches):
+                messages = gx.build_extraction_messages(batch, document.language or "en")
+                try:
+                    raw = await self.modelhub.complete(messages, purpose="graph_extraction")
+                except grpc.aio.AioRpcError as error:
+                    _raise_rpc(error, "extracting entities with the LLM", "graph_failed")
+                try:
+                    results.append(gx.parse_extraction(raw, batch))
+                except gx.ExtractionOutputError as error:
+                    log.warning("graph extraction output unreadable", batch=number, reason=str(error))
+                done += len(batch)
+                activity.heartbeat(number)
+                progress = replace(progress, chunks_graphed=done)
+                await stage.progress(done, len(chunks), progress)
+            merged = gx.merge_extractions(results)
+            entities = [
+                rpb.EntityInput(
+                    name=e.name,
+                    type=e.type,
+                    description=e.description,
+                    aliases=list(e.aliases),
+                    source_chunk_ids=list(e.source_chunk_ids),
+                )
+                for e in merged.entities
+            ]
+            relations = [
+                rpb.RelationInput(
+                    source_name=r.source_name,
+                    target_name=r.target_name,
+                    type=r.type,
+                    description=r.description,
+                    weight=r.weight,
+                    source_chunk_ids=list(r.source_chunk_ids),
+                )
+                for r in merged.relations
+            ]
+            try:
+                await self.retrieval.index_graph(job.knowledge_base_id, job.document_id, entities, relations)
+            except grpc.aio.AioRpcError as error:
+                _raise_rpc(error, "storing the graph", "graph_failed")
+            await stage.finish(progress=replace(progress, chunks_graphed=len(chunks)))
+            return StageResult(items=len(entities) + len(relations), graph_enabled=True)
+
+    @activity.defn(name="finish_graph")
+    async def finish_graph(self, outcome: GraphOutcome) -> None:
+        job = outcome.job
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            document = await self.store.get_document(job.tenant_id, job.document_id)
+            if document is None or document.ingest_run_id != job.run_id:
+                return
+            warnings = list(document.warnings)
+            if outcome.failure_code:
+                warnings.append(
+                    Failure(
+                        stage="graph",
+                        code=outcome.failure_code,
+                        reason=f"entity extraction failed; the document is searchable without it: "
+                        f"{outcome.failure_reason}",
+                        time=datetime.now(UTC),
+                    )
+                )
+            updated = await self.store.update_document(
+                job.tenant_id,
+                job.document_id,
+                run_id=job.run_id,
+                status="ready",
+                warnings=warnings,
+                progress=replace(document.progress, percent=100.0, eta_seconds=None),
+            )
+            if updated is None:
+                return
+            try:
+                await self.retrieval.put_document_info(self._info(updated, "ready", updated.chunk_count))
+            except grpc.aio.AioRpcError as error:
+                _raise_rpc(error, "recording the document in retrieval", "indexing_failed")
+            await self._finished(job, "ready", updated.chunk_count)
+
+    # --- failure --------------------------------------------------------------------------------
+
+    @activity.defn(name="fail_document")
+    async def fail_document(self, failed: FailInput) -> None:
+        """Removes what this run indexed and its artifacts; marks the document failed with the reason."""
+        job = failed.job
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            document = await self.store.get_document(job.tenant_id, job.document_id)
+            if document is None or document.ingest_run_id != job.run_id:
+                return  # deleted or superseded: whoever did that owns the clean-up
+            if failed.stage in ("index", "graph") or document.chunk_count > 0:
+                await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
+            await self.blobs.delete_prefix(self._run_prefix(job))
+            failure = Failure(
+                stage=failed.stage,
+                code=failed.code,
+                reason=failed.reason,
+                attempts=max(1, failed.attempts),
+                time=datetime.now(UTC),
+            )
+            await self.store.update_document(
+                job.tenant_id,
+                job.document_id,
+                run_id=job.run_id,
+                status="failed",
+                failure=failure,
+                chunk_count=0,
+                progress=replace(document.progress, eta_seconds=None),
+            )
+            log.info("document failed", document_id=job.document_id, stage=failed.stage, code=failed.code)
+            await self._finished(job, "failed", 0, failure)

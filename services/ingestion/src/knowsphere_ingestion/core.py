@@ -1,0 +1,117 @@
+"""What the gRPC API and the workers share: the document database, the object store, peer channels.
+
+Both processes build them from the same settings; each adds its own parts (the API its server and
+reconciler, the worker the Temporal worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import structlog
+
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
+from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.settings import Settings
+from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
+from knowsphere_runtime.lifecycle import StartupError
+from knowsphere_runtime.rpc import open_channel
+
+log = structlog.get_logger(__name__)
+
+
+class Storage:
+    """The database and the object store as one lifecycle component."""
+
+    name = "ingestion-storage"
+
+    def __init__(self, settings: Settings) -> None:
+        data = settings.data_dir
+        self.store = IngestionStore(settings.database_url or f"sqlite+aiosqlite:///{data}/ingestion.db")
+        self.blobs: BlobStore = build_blob_store(settings.blob_store_url or str(data / "blobs"))
+
+    async def start(self) -> object:
+        try:
+            await self.store.open()
+        except Exception as error:
+            raise StartupError(f"cannot open the document database at {self.store.url}: {error}") from error
+        try:
+            await self.blobs.start()
+        except Exception as error:
+            raise StartupError(f"cannot open the object store: {error}") from error
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self.blobs.close()
+        await self.store.close()
+
+
+def peer_channels(settings: Settings) -> tuple[grpc.aio.Channel, grpc.aio.Channel]:
+    modelhub = open_channel(
+        settings.modelhub_addr,
+        services=[CONTRACTS["modelhub"].descriptor],
+        unary_timeout=settings.rpc_timeout_seconds,
+        stream_timeout=settings.rpc_stream_timeout_seconds,
+    )
+    retrieval = open_channel(
+        settings.retrieval_addr,
+        services=[CONTRACTS["retrieval"].descriptor],
+        unary_timeout=settings.rpc_timeout_seconds,
+        stream_timeout=settings.rpc_stream_timeout_seconds,
+    )
+    return modelhub, retrieval
+
+
+def peers(
+    settings: Settings, modelhub: grpc.aio.Channel, retrieval: grpc.aio.Channel
+) -> tuple[ModelHub, Retrieval]:
+    return ModelHub(modelhub, embed_timeout=settings.embed_timeout_seconds), Retrieval(retrieval)
+
+
+class Reconciler:
+    """Finishes what a crash interrupted: deletions half done, uploads whose workflow never started.
+
+    Runs at start-up and then every ``interval`` seconds. Deleting and starting are idempotent, so
+    several API replicas reconciling at once do no harm.
+    """
+
+    name = "reconciler"
+
+    def __init__(self, servicer: object, store: IngestionStore, interval: float = 60.0) -> None:
+        self._servicer = servicer
+        self._store = store
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> object:
+        self._task = asyncio.create_task(self._loop())
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.warning("reconciliation failed; retrying later", exc_info=True)
+            await asyncio.sleep(self._interval)
+
+    async def run_once(self) -> None:
+        from knowsphere_runtime.identity import Identity, bound_identity
+
+        for document in await self._store.deleting_documents():
+            with bound_identity(Identity(document.tenant_id, "system")):
+                await self._servicer._purge(document)  # type: ignore[attr-defined]
+        cutoff = datetime.now(UTC) - timedelta(seconds=self._interval / 2)
+        for document in await self._store.stale_queued(cutoff):
+            with bound_identity(Identity(document.tenant_id, "system")):
+                await self._servicer._start(document)  # type: ignore[attr-defined]

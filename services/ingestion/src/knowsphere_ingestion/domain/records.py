@@ -1,0 +1,168 @@
+"""Knowledge bases and documents as the ingestion service stores them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from knowsphere_ingestion.domain.chunking import (
+    DEFAULT_CHILD_OVERLAP,
+    DEFAULT_CHILD_SIZE,
+    DEFAULT_HEADING_MAX_SIZE,
+    DEFAULT_PARENT_SIZE,
+    ChunkingConfig,
+)
+
+Status = Literal["queued", "parsing", "chunking", "embedding", "indexing", "graph", "ready", "failed"]
+STATUSES: tuple[Status, ...] = (
+    "queued",
+    "parsing",
+    "chunking",
+    "embedding",
+    "indexing",
+    "graph",
+    "ready",
+    "failed",
+)
+TERMINAL: frozenset[str] = frozenset({"ready", "failed"})
+Stage = Literal["parse", "chunk", "embed", "index", "graph"]
+STAGE_STATUS: dict[str, Status] = {
+    "parse": "parsing",
+    "chunk": "chunking",
+    "embed": "embedding",
+    "index": "indexing",
+    "graph": "graph",
+}
+# Share of the overall percentage each stage covers (graph is extra work after the document is usable).
+STAGE_SPAN: dict[str, tuple[float, float]] = {
+    "parse": (0.0, 15.0),
+    "chunk": (15.0, 20.0),
+    "embed": (20.0, 85.0),
+    "index": (85.0, 99.0),
+    "graph": (99.0, 100.0),
+}
+
+
+@dataclass(frozen=True)
+class ChunkingSettings:
+    """A knowledge base's chunking choice; 0 sizes mean the defaults."""
+
+    strategy: Literal["headings", "parent_child"] = "headings"
+    chunk_size_tokens: int = 0
+    chunk_overlap_tokens: int = 0
+    parent_size_tokens: int = 0
+    child_size_tokens: int = 0
+
+    def to_config(self) -> ChunkingConfig:
+        if self.strategy == "parent_child":
+            return ChunkingConfig(
+                strategy="parent_child",
+                child_size=self.child_size_tokens or DEFAULT_CHILD_SIZE,
+                child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
+                parent_size=self.parent_size_tokens or DEFAULT_PARENT_SIZE,
+            )
+        return ChunkingConfig(
+            strategy="headings",
+            heading_max_size=self.chunk_size_tokens or DEFAULT_HEADING_MAX_SIZE,
+            child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "strategy": self.strategy,
+            "chunk_size_tokens": self.chunk_size_tokens,
+            "chunk_overlap_tokens": self.chunk_overlap_tokens,
+            "parent_size_tokens": self.parent_size_tokens,
+            "child_size_tokens": self.child_size_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ChunkingSettings:
+        strategy: Literal["headings", "parent_child"] = (
+            "parent_child" if data.get("strategy") == "parent_child" else "headings"
+        )
+        return cls(
+            strategy=strategy,
+            chunk_size_tokens=int(data.get("chunk_size_tokens", 0) or 0),  # type: ignore[call-overload]
+            chunk_overlap_tokens=int(data.get("chunk_overlap_tokens", 0) or 0),  # type: ignore[call-overload]
+            parent_size_tokens=int(data.get("parent_size_tokens", 0) or 0),  # type: ignore[call-overload]
+            child_size_tokens=int(data.get("child_size_tokens", 0) or 0),  # type: ignore[call-overload]
+        )
+
+
+@dataclass(frozen=True)
+class Migration:
+    from_model_id: str
+    to_model_id: str
+    state: Literal["running", "completed", "failed"]
+    documents_done: int = 0
+    documents_total: int = 0
+    failure_reason: str = ""
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    id: str
+    tenant_id: str
+    name: str
+    description: str
+    embedding_model_id: str
+    embedding_dimension: int
+    chunking: ChunkingSettings
+    graph_enabled: bool
+    language_hint: str
+    create_time: datetime
+    update_time: datetime
+    migration: Migration | None = None
+    document_count: int = 0
+    chunk_count: int = 0
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Failure:
+    stage: str  # "parse" … "graph", or "" before the workflow started
+    code: str
+    reason: str
+    attempts: int = 1
+    time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: float = 0.0
+    pages_parsed: int = 0
+    pages_total: int = 0
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+    chunks_indexed: int = 0
+    chunks_graphed: int = 0
+    eta_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    tenant_id: str
+    knowledge_base_id: str
+    file_name: str
+    content_type: str
+    size_bytes: int
+    content_sha256: str
+    blob_key: str
+    status: Status
+    create_time: datetime
+    update_time: datetime
+    ingest_run_id: str = ""
+    failure: Failure | None = None
+    warnings: tuple[Failure, ...] = ()
+    progress: Progress = field(default_factory=Progress)
+    title: str = ""
+    page_count: int = 0
+    chunk_count: int = 0
+    language: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    ready_time: datetime | None = None

@@ -1,0 +1,117 @@
+"""The ingestion workers: ``python -m knowsphere_ingestion.worker`` runs IngestDocument and its activities.
+
+Workers scale apart from the gRPC API (run as many as the embedding and parsing load needs); they share
+its database and object store and take work from the Temporal task queue. Parsing runs on a thread
+pool beside the event loop, so heartbeats and progress keep flowing while a large PDF is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import structlog
+from temporalio.worker import Worker
+
+from knowsphere_contracts.events import Event
+from knowsphere_ingestion import SERVICE_NAME
+from knowsphere_ingestion.activities import IngestionActivities
+from knowsphere_ingestion.adapters.peers import EmbedBatcher
+from knowsphere_ingestion.core import Storage, peer_channels, peers
+from knowsphere_ingestion.settings import Settings
+from knowsphere_ingestion.workflows import IngestDocument
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
+from knowsphere_runtime.settings import load_settings
+from knowsphere_runtime.workflows import TemporalConnection
+
+log = structlog.get_logger(__name__)
+
+
+class WorkerComponent:
+    """Runs a Temporal worker until stopped; on stop, running activities get the grace period."""
+
+    name = "temporal-worker"
+
+    def __init__(
+        self, temporal: TemporalConnection, settings: Settings, activities: IngestionActivities
+    ) -> None:
+        self._temporal = temporal
+        self._settings = settings
+        self._activities = activities
+        self._worker: Worker | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> object:
+        assert self._temporal.client is not None
+        self._worker = Worker(
+            self._temporal.client,
+            task_queue=self._settings.task_queue,
+            workflows=[IngestDocument],
+            activities=self._activities.all(),
+            max_concurrent_activities=self._settings.worker_max_concurrent_activities,
+            max_concurrent_workflow_tasks=self._settings.worker_max_concurrent_workflows,
+            graceful_shutdown_timeout=timedelta(seconds=self._settings.shutdown_grace_seconds),
+        )
+        self._task = asyncio.create_task(self._worker.run())
+        log.info("worker polling", task_queue=self._settings.task_queue)
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._worker is not None:
+            await self._worker.shutdown()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
+def main() -> None:
+    settings = load_settings(Settings)
+
+    def build() -> list[Component]:
+        storage = Storage(settings)
+        modelhub_channel, retrieval_channel = peer_channels(settings)
+        modelhub, retrieval = peers(settings, modelhub_channel, retrieval_channel)
+        broker = build_broker(
+            settings.nats_url,
+            client_name=f"{SERVICE_NAME}-worker",
+            graceful_timeout=settings.shutdown_grace_seconds,
+        )
+
+        async def publish(event: Event) -> None:
+            await broker.publish(event.model_dump(mode="json"), subject=event.subject)
+
+        activities = IngestionActivities(
+            store=storage.store,
+            blobs=storage.blobs,
+            modelhub=modelhub,
+            retrieval=retrieval,
+            batcher=EmbedBatcher(
+                modelhub, batch_size=settings.embed_batch_size, max_wait=settings.embed_batch_wait_ms / 1000
+            ),
+            publish=publish,
+            parse_executor=ThreadPoolExecutor(
+                max_workers=settings.parse_threads, thread_name_prefix="ingestion-parse"
+            ),
+            index_batch_size=settings.index_batch_size,
+        )
+        temporal = TemporalConnection(
+            settings.temporal_address,
+            settings.temporal_namespace,
+            connect_timeout=settings.temporal_connect_timeout_seconds,
+        )
+        return [
+            ChannelsComponent([modelhub_channel, retrieval_channel]),
+            storage,
+            BrokerComponent(broker),
+            temporal,
+            WorkerComponent(temporal, settings, activities),
+        ]
+
+    run_service(f"{SERVICE_NAME}-worker", settings, build)
+
+
+if __name__ == "__main__":
+    main()
