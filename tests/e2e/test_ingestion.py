@@ -333,7 +333,9 @@ def _long_document() -> bytes:
     return ("# Turbine maintenance\n\n" + "\n\n".join(sentences) + "\n").encode()
 
 
-def test_killing_the_worker_mid_embedding_resumes_with_exactly_the_expected_chunks(stack: Any) -> None:
+def test_killing_the_worker_mid_embedding_resumes_with_exactly_the_expected_chunks(
+    stack: Any, otlp: Any
+) -> None:
     data = _long_document()
     settings = ChunkingSettings(chunk_size_tokens=48, chunk_overlap_tokens=8)
 
@@ -367,6 +369,27 @@ def test_killing_the_worker_mid_embedding_resumes_with_exactly_the_expected_chun
     expected = [c.id for c in chunk_document(document_id, parse(data, "turbine.md"), settings.to_config())]
     assert len(expected) > 128
     assert indexed == expected  # none lost, none duplicated, in reading order
+
+    # It resumed at the embed stage, at the batch it was on: the file was parsed once (a re-run stage
+    # finds its stored output), and the restarted worker's embed span reports the batches it found
+    # already embedded.
+    upload = next(
+        s
+        for s in otlp.spans
+        if s.name == "ingestion.upload" and s.attributes.get("ks.document.id") == document_id
+    )
+
+    def resumed(spans: list[ReceivedSpan]) -> bool:
+        return any(
+            s.name == "ingestion.embed_batches" and s.attributes.get("ks.chunks.resumed") for s in spans
+        )
+
+    spans = otlp.wait_for(upload.trace_id, resumed, timeout=60)
+    embed = next(
+        s for s in spans if s.name == "ingestion.embed_batches" and s.attributes.get("ks.chunks.resumed")
+    )
+    assert 64 <= int(embed.attributes["ks.chunks.resumed"]) < len(expected)
+    assert len([s for s in spans if s.name == "ingestion.parse_file"]) == 1
 
 
 def test_the_upload_policy_names_limits_and_types(stack: Any) -> None:

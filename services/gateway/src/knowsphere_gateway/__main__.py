@@ -51,6 +51,7 @@ def main() -> None:
                 trust_identity_headers=settings.trust_identity_headers,
                 modelhub=CONTRACTS["modelhub"].stub(channels["modelhub"]),
                 retrieval=CONTRACTS["retrieval"].stub(channels["retrieval"]),
+                ingestion=CONTRACTS["ingestion"].stub(channels["ingestion"]),
             )
         )
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")

@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import PurePath
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 import structlog
@@ -53,6 +53,7 @@ log = structlog.get_logger(__name__)
 tracer = trace.get_tracer("knowsphere.ingestion")
 
 Publish = Callable[[Event], Awaitable[None]]
+T = TypeVar("T")
 
 # gRPC codes a retry will not fix.
 _PERMANENT_CODES = {
@@ -64,6 +65,7 @@ _PERMANENT_CODES = {
     grpc.StatusCode.OUT_OF_RANGE,
 }
 PROGRESS_INTERVAL_SECONDS = 1.0
+HEARTBEAT_EVERY_SECONDS = 2.0
 GRAPH_BATCH_TOKENS = 1500
 STATUS_PB = {
     "queued": rpb.DOCUMENT_STATUS_QUEUED,
@@ -115,6 +117,23 @@ def _timestamp(value: datetime | None) -> Timestamp | None:
     return stamp
 
 
+def _beat(*details: Any) -> None:
+    """Heartbeat a regular activity; local ones are covered by their workflow task's own heartbeat."""
+    if not activity.info().is_local:
+        activity.heartbeat(*details)
+
+
+async def _heartbeating(work: Awaitable[T]) -> T:
+    """Awaits work running off the event loop, heartbeating meanwhile so a long parse is not taken for
+    a dead worker (the heartbeat timeout is meant for crashes, not for big files)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+        if done:
+            return task.result()
+        _beat("working")
+
+
 def embedding_text(chunk: ChunkDraft) -> str:
     """What is embedded for a chunk: its heading path as context, then its text."""
     if chunk.heading_path:
@@ -152,13 +171,20 @@ class _Stage:
             self.document = updated
         await self.owner.emit_progress(self.job, STAGE_STATUS[self.stage], progress.percent, done, total, eta)
 
-    async def finish(self, **values: Any) -> None:
+    async def finish(self, next_stage: str | None = None, **values: Any) -> None:
+        """Stores the stage's results and time; with ``next_stage``, that stage's status too (one write)."""
         seconds = time.perf_counter() - self.started
+        if next_stage is not None:
+            values["status"] = STAGE_STATUS[next_stage]
         updated = await self.owner.store.finish_stage(
             self.job.tenant_id, self.job.document_id, self.job.run_id, self.stage, seconds, **values
         )
         if updated is not None:
             self.document = updated
+            if next_stage is not None:
+                await self.owner.emit_progress(
+                    self.job, STAGE_STATUS[next_stage], updated.progress.percent, 0, 0, None
+                )
 
 
 class IngestionActivities:
@@ -223,6 +249,8 @@ class IngestionActivities:
                 "superseded", "the document was deleted or re-ingested while this run was working"
             )
         status = STAGE_STATUS[stage]
+        if document.status == status:  # set by the stage before, as it finished
+            return _Stage(self, job, stage, document)
         progress = replace(document.progress, percent=STAGE_SPAN[stage][0], eta_seconds=None)
         updated = await self.store.update_document(
             job.tenant_id, job.document_id, run_id=job.run_id, status=status, progress=progress
@@ -274,6 +302,7 @@ class IngestionActivities:
                 document.progress, pages_parsed=parsed.page_count, pages_total=parsed.page_count
             )
             await stage.finish(
+                "chunk",
                 title=parsed.title,
                 page_count=parsed.page_count,
                 language=parsed.language,
@@ -304,8 +333,10 @@ class IngestionActivities:
             span.set_attribute("ks.file.extension", extension)
             span.set_attribute("ks.file.size_bytes", len(data))
             try:
-                parsed = await loop.run_in_executor(
-                    self.parse_executor, parse, data, document.file_name, document.content_type
+                parsed = await _heartbeating(
+                    loop.run_in_executor(
+                        self.parse_executor, parse, data, document.file_name, document.content_type
+                    )
                 )
             except UnsupportedFormat as error:
                 raise permanent("unsupported_format", str(error)) from error
@@ -368,8 +399,8 @@ class IngestionActivities:
                 raise _retryable("artifact_missing", "the parsed document of this run is missing") from error
             config = kb.chunking.to_config()
             loop = asyncio.get_running_loop()
-            chunks = await loop.run_in_executor(
-                self.parse_executor, chunk_document, job.document_id, parsed, config
+            chunks = await _heartbeating(
+                loop.run_in_executor(self.parse_executor, chunk_document, job.document_id, parsed, config)
             )
             if not chunks:
                 raise permanent("empty_document", f"{stage.document.file_name} contains no text to index")
@@ -377,7 +408,7 @@ class IngestionActivities:
             progress = replace(
                 stage.document.progress, chunks_total=len(chunks), percent=STAGE_SPAN["chunk"][1]
             )
-            await stage.finish(progress=progress)
+            await stage.finish("embed", progress=progress)
             return StageResult(items=len(chunks))
 
     # --- embed ----------------------------------------------------------------------------------
@@ -417,13 +448,15 @@ class IngestionActivities:
                         await artifacts.put_json(self.blobs, key, artifacts.vectors_to_json(vectors))
                         embedded_now += len(part)
                     done += len(part)
-                    activity.heartbeat(number)
+                    _beat(number)
                     elapsed = time.perf_counter() - stage.started
                     eta = (len(chunks) - done) * elapsed / embedded_now if embedded_now else None
                     progress = replace(progress, chunks_embedded=done)
                     await stage.progress(done, len(chunks), progress, force=number == len(parts) - 1, eta=eta)
                 span.set_attribute("ks.chunks.resumed", len(chunks) - embedded_now)
-            await stage.finish(progress=replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None))
+            await stage.finish(
+                "index", progress=replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None)
+            )
             return StageResult(items=len(chunks))
 
     # --- index ----------------------------------------------------------------------------------
@@ -453,10 +486,11 @@ class IngestionActivities:
                     await self._still_current(job)
                     await self.retrieval.index(messages[start : start + self.index_batch_size])
                     done = min(len(messages), start + self.index_batch_size)
-                    activity.heartbeat(done)
+                    _beat(done)
                     progress = replace(progress, chunks_indexed=done)
                     await stage.progress(done, len(messages), progress)
-                await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
+                if document.ready_time is not None:  # indexed by an earlier run: drop its chunks
+                    await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
                 status = "graph" if kb.graph_enabled else "ready"
                 await self.retrieval.put_document_info(self._info(document, status, len(chunks)))
             except grpc.aio.AioRpcError as error:
@@ -568,7 +602,7 @@ class IngestionActivities:
                 except gx.ExtractionOutputError as error:
                     log.warning("graph extraction output unreadable", batch=number, reason=str(error))
                 done += len(batch)
-                activity.heartbeat(number)
+                _beat(number)
                 progress = replace(progress, chunks_graphed=done)
                 await stage.progress(done, len(chunks), progress)
             merged = gx.merge_extractions(results)

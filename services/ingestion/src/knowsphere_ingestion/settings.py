@@ -51,12 +51,17 @@ class Settings(ServiceSettings):
     worker_max_concurrent_workflows: int = Field(default=64, ge=1)
     worker_max_concurrent_activities: int = Field(default=64, ge=1)
     parse_threads: int = Field(default=2, ge=1, description="threads parsing files beside the event loop")
-    embed_batch_size: int = Field(default=64, ge=1, le=256, description="texts per Embed call")
+    embed_batch_size: int = Field(default=32, ge=1, le=256, description="texts per Embed call")
     embed_batch_wait_ms: int = Field(
-        default=25, ge=0, description="how long the embed batcher waits to fill a batch across documents"
+        default=50, ge=0, description="how long the embed batcher waits to fill a batch across documents"
     )
     index_batch_size: int = Field(default=128, ge=1, description="chunks per IndexChunks call")
     activity_max_attempts: int = Field(default=5, ge=1)
+    local_activities: bool = Field(
+        default=True,
+        description="run the stages as local activities (no server round trip per stage); false = "
+        "regular activities, each scheduled through the Temporal server",
+    )
     activity_heartbeat_seconds: float = Field(
         default=30.0, gt=0, description="a worker silent this long is presumed dead; its stage moves on"
     )

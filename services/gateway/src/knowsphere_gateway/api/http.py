@@ -24,6 +24,7 @@ from knowsphere_contracts.events import (
     TurnEventKind,
 )
 from knowsphere_gateway.api.errors import install_error_handler
+from knowsphere_gateway.api.knowledge import build_knowledge_router
 from knowsphere_gateway.api.models import build_models_router
 from knowsphere_gateway.api.search import build_search_router
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity
@@ -45,6 +46,7 @@ class GatewayContext:
     trust_identity_headers: bool
     modelhub: Any = None  # ModelHubServiceStub
     retrieval: Any = None  # RetrievalServiceStub
+    ingestion: Any = None  # IngestionServiceStub
 
 
 class ChatTurnRequest(BaseModel):
@@ -82,6 +84,7 @@ def create_app(ctx: GatewayContext) -> FastAPI:
 
     app.include_router(build_models_router(lambda: ctx.modelhub, caller))
     app.include_router(build_search_router(lambda: ctx.retrieval, caller))
+    app.include_router(build_knowledge_router(lambda: ctx.ingestion, caller))
 
     @app.get("/healthz", response_model=HealthReport, tags=["operations"])
     async def healthz() -> JSONResponse:

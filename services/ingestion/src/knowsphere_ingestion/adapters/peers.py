@@ -182,81 +182,87 @@ class _Pending:
 @dataclass
 class _Queue:
     items: list[_Pending] = field(default_factory=list)
-    size: int = 0
-    flusher: asyncio.Task[None] | None = None
+    in_flight: int = 0
 
 
 class EmbedBatcher:
-    """Embeds texts of many documents together: one Embed call per full batch, not per document.
+    """Embeds texts of many documents together: batches fill up while the model is busy.
 
-    Documents of one worker run concurrently; each asks for its chunks' vectors, and requests for the
-    same model and tenant are merged into batches of ``batch_size`` texts (or whatever arrived within
-    ``max_wait`` seconds). A small document therefore costs the embedding model what its texts cost, not
-    a whole call. One request larger than a batch is sent on its own, split into batches.
+    Documents of one worker run concurrently and each asks for its chunks' vectors. Per model and
+    tenant at most ``max_in_flight`` Embed calls run at a time; requests arriving meanwhile wait and
+    leave together, up to ``batch_size`` texts per call, as soon as a call returns. An idle model
+    therefore answers a lone document at once, and a busy one gets full batches: the embedding model
+    works at the efficiency of a bulk job however the documents trickle in. ``max_wait`` adds a short
+    pause before a call that would leave a batch less than half full, to let stragglers join.
     """
 
-    def __init__(self, modelhub: ModelHub, *, batch_size: int, max_wait: float) -> None:
+    def __init__(
+        self, modelhub: ModelHub, *, batch_size: int, max_wait: float, max_in_flight: int = 1
+    ) -> None:
         self._modelhub = modelhub
         self._batch_size = batch_size
         self._max_wait = max_wait
+        self._max_in_flight = max_in_flight
         self._queues: dict[tuple[str, str], _Queue] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self.calls = 0
+        self.texts = 0
         self.busy_seconds = 0.0
 
     async def embed(self, model_id: str, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        if len(texts) >= self._batch_size:
-            out: list[list[float]] = []
-            for start in range(0, len(texts), self._batch_size):
-                out.extend(await self._call(model_id, texts[start : start + self._batch_size]))
-            return out
         identity = current_identity()
         key = (identity.tenant_id if identity else "", model_id)
         queue = self._queues.setdefault(key, _Queue())
         future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
         queue.items.append(_Pending(list(texts), future, identity))
-        queue.size += len(texts)
-        if queue.size >= self._batch_size:
-            self._flush(key, queue)
-        elif queue.flusher is None:
-            queue.flusher = asyncio.create_task(self._flush_later(key, queue))
+        self._pump(key, queue)
         return await future
 
-    async def _flush_later(self, key: tuple[str, str], queue: _Queue) -> None:
-        await asyncio.sleep(self._max_wait)
-        queue.flusher = None
-        if queue.items:
-            self._flush(key, queue)
+    def _pump(self, key: tuple[str, str], queue: _Queue) -> None:
+        while queue.items and queue.in_flight < self._max_in_flight:
+            batch: list[_Pending] = []
+            size = 0
+            while queue.items and (not batch or size + len(queue.items[0].texts) <= self._batch_size):
+                item = queue.items.pop(0)
+                batch.append(item)
+                size += len(item.texts)
+            queue.in_flight += 1
+            task = asyncio.create_task(self._send(key, queue, batch, wait=size * 2 < self._batch_size))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
-    def _flush(self, key: tuple[str, str], queue: _Queue) -> None:
-        items, queue.items, queue.size = queue.items, [], 0
-        if queue.flusher is not None:
-            queue.flusher.cancel()
-            queue.flusher = None
-        task = asyncio.create_task(self._send(key[1], items))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _send(self, model_id: str, items: list[_Pending]) -> None:
-        texts = [text for item in items for text in item.texts]
+    async def _send(self, key: tuple[str, str], queue: _Queue, items: list[_Pending], *, wait: bool) -> None:
         try:
-            with bound_identity(items[0].identity):
-                vectors = await self._call(model_id, texts)
-        except BaseException as error:
+            if wait and self._max_wait > 0:
+                await asyncio.sleep(self._max_wait)
+                # Stragglers that arrived during the pause ride along, up to a full batch.
+                size = sum(len(item.texts) for item in items)
+                while queue.items and size + len(queue.items[0].texts) <= self._batch_size:
+                    item = queue.items.pop(0)
+                    items.append(item)
+                    size += len(item.texts)
+            texts = [text for item in items for text in item.texts]
+            try:
+                with bound_identity(items[0].identity):
+                    vectors: list[list[float]] = []
+                    for start in range(0, len(texts), self._batch_size):
+                        vectors.extend(await self._call(key[1], texts[start : start + self._batch_size]))
+            except Exception as error:
+                for item in items:
+                    if not item.future.done():
+                        item.future.set_exception(error)
+                return
+            offset = 0
             for item in items:
+                part = vectors[offset : offset + len(item.texts)]
+                offset += len(item.texts)
                 if not item.future.done():
-                    item.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise
-            return
-        offset = 0
-        for item in items:
-            part = vectors[offset : offset + len(item.texts)]
-            offset += len(item.texts)
-            if not item.future.done():
-                item.future.set_result(part)
+                    item.future.set_result(part)
+        finally:
+            queue.in_flight -= 1
+            self._pump(key, queue)
 
     async def _call(self, model_id: str, texts: Sequence[str]) -> list[list[float]]:
         started = time.perf_counter()
@@ -264,4 +270,5 @@ class EmbedBatcher:
             return await self._modelhub.embed(model_id, texts)
         finally:
             self.calls += 1
+            self.texts += len(texts)
             self.busy_seconds += time.perf_counter() - started

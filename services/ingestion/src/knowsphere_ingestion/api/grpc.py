@@ -634,6 +634,7 @@ class IngestionServicer:
             run_id=document.ingest_run_id,
             max_attempts=self._settings.activity_max_attempts,
             heartbeat_seconds=self._settings.activity_heartbeat_seconds,
+            local_activities=self._settings.local_activities,
         )
 
     async def _start(self, document: Document) -> None:

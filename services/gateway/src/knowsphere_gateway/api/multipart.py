@@ -1,0 +1,307 @@
+"""Streaming ``multipart/form-data`` uploads: the body is parsed as it arrives (python-multipart's push
+parser) and the ``file`` part spooled to a temporary file, never held whole in memory.
+
+The file stays in memory up to ``SPOOL_MEMORY_BYTES`` and spills to disk above it (disk writes and
+reads run off the event loop); its size and sha256 are computed on the way. An optional
+``metadata`` part holds a JSON object of strings. Reading stops as soon as the file goes over the
+size limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.message
+import email.utils
+import hashlib
+import json
+import re
+import sys
+import tempfile
+from collections.abc import AsyncIterable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from knowsphere_gateway.api.errors import ServiceError
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
+
+# Largest accepted ``metadata`` part: room for ingestion's own limits (32 entries of 64 + 2,048
+# characters), which it checks itself.
+MAX_METADATA_PART_BYTES = 128 * 1024
+# What multipart framing and the metadata part may add to the file's size in Content-Length.
+MULTIPART_ALLOWANCE_BYTES = MAX_METADATA_PART_BYTES + 128 * 1024
+# Largest header block of one multipart part.
+MAX_PART_HEADER_BYTES = 16 * 1024
+# An upload stays in memory up to this size and spills to a temporary file above it.
+SPOOL_MEMORY_BYTES = 1024 * 1024
+
+
+class MultipartError(ValueError):
+    """The body is not well-formed multipart/form-data."""
+
+
+@dataclass(frozen=True)
+class PartStart:
+    """The headers of a part; its bytes follow as ``bytes`` events until the next ``PartStart``."""
+
+    name: str
+    filename: str | None
+    content_type: str
+
+
+@dataclass
+class SpooledUpload:
+    file: IO[bytes]
+    file_name: str
+    content_type: str
+    size: int
+    sha256: str
+    metadata: dict[str, str]
+
+
+def _error(status_code: int, code: str, message: str, field: str | None = None) -> ServiceError:
+    body: dict[str, object] = {"code": code, "message": message}
+    if field:
+        body["field"] = field
+    return ServiceError(status_code, body)
+
+
+def _too_large(max_file_bytes: int) -> ServiceError:
+    return _error(413, "payload_too_large", f"file: over the limit of {max_file_bytes} bytes", "file")
+
+
+def refuse_oversized(content_length: str | None, max_file_bytes: int) -> None:
+    """413 for a ``Content-Length`` that cannot fit the size limit, before any of the body is read."""
+    if (
+        content_length is not None
+        and content_length.isdigit()
+        and int(content_length) > max_file_bytes + MULTIPART_ALLOWANCE_BYTES
+    ):
+        raise _too_large(max_file_bytes)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+class _Events:
+    """python-multipart's callbacks, turned into a list of events (``PartStart``, then the part's
+    ``bytes``) that the caller takes after each ``write``. Bytes of parts nobody reads are dropped."""
+
+    WANTED = ("file", "metadata")
+
+    def __init__(self) -> None:
+        self.pending: list[PartStart | bytes] = []
+        self.done = False
+        self._headers: list[bytes] = []
+        self._field = bytearray()
+        self._value = bytearray()
+        self._header_bytes = 0
+        self._keep = False
+
+    def callbacks(self) -> MultipartCallbacks:
+        return {
+            "on_part_begin": self._part_begin,
+            "on_header_field": self._header_field,
+            "on_header_value": self._header_value,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._part_data,
+            "on_end": self._end,
+        }
+
+    def take(self) -> list[PartStart | bytes]:
+        events, self.pending = self.pending, []
+        return events
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_PART_HEADER_BYTES:
+            raise MultipartError(f"part headers over {MAX_PART_HEADER_BYTES} bytes")
+
+    def _part_begin(self) -> None:
+        self._headers.clear()
+        self._header_bytes = 0
+        self._keep = False
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start)
+        self._field += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start)
+        self._value += data[start:end]
+
+    def _header_end(self) -> None:
+        self._count(4)  # ": " and CRLF
+        self._headers.append(bytes(self._field) + b": " + bytes(self._value))
+        self._field.clear()
+        self._value.clear()
+
+    def _headers_finished(self) -> None:
+        part = _part_start(b"\r\n".join(self._headers))
+        self._keep = part.name in self.WANTED
+        self.pending.append(part)
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._keep:
+            self.pending.append(data[start:end])
+
+    def _end(self) -> None:
+        self.done = True
+
+
+def _part_start(block: bytes) -> PartStart:
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        text = block.decode("latin-1")
+    headers = email.message.Message()
+    for line in text.split("\r\n"):
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip()] = value.strip()
+    # email's parameter parsing also decodes RFC 2231/5987 ``filename*=UTF-8''…``, which
+    # python-multipart's ``parse_options_header`` leaves out.
+    field_name = headers.get_param("name", header="content-disposition")
+    filename = headers.get_filename()
+    return PartStart(
+        name=email.utils.collapse_rfc2231_value(field_name) if field_name else "",
+        # Some browsers send the client's full path; only the file name is the caller's to give.
+        filename=re.split(r"[\\/]", filename)[-1] if filename is not None else None,
+        content_type=headers.get_content_type() if headers.get("content-type") else "",
+    )
+
+
+def _boundary(content_type: str | None) -> bytes:
+    media_type, options = parse_options_header(content_type)
+    boundary = options.get(b"boundary")
+    if media_type != b"multipart/form-data" or not boundary:
+        raise _error(
+            415,
+            "unsupported_media_type",
+            "file: send the upload as multipart/form-data with a part named 'file'",
+            "file",
+        )
+    return boundary
+
+
+def _metadata(raw: bytes | None) -> dict[str, str]:
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise _error(400, "invalid_argument", f"metadata: not JSON ({error})", "metadata") from error
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise _error(400, "invalid_argument", "metadata: must be a JSON object of strings", "metadata")
+    return value
+
+
+# --- spooling ------------------------------------------------------------------------------------
+
+
+async def _write(file: Any, data: bytes) -> None:
+    # Once a SpooledTemporaryFile has spilled to disk, writes block: keep them off the event loop.
+    if getattr(file, "_rolled", True):
+        await asyncio.to_thread(file.write, data)
+    else:
+        file.write(data)
+
+
+async def read_spooled(file: Any, size: int) -> bytes:
+    """Up to ``size`` bytes of a spooled file, off the event loop once it is on disk."""
+    if getattr(file, "_rolled", True):
+        return await asyncio.to_thread(file.read, size)
+    data: bytes = file.read(size)
+    return data
+
+
+async def spool_upload(
+    content_type: str | None, body: AsyncIterable[bytes], max_file_bytes: int
+) -> SpooledUpload:
+    """Parses the multipart ``body`` as it arrives, spooling the ``file`` part; the caller closes
+    ``SpooledUpload.file``. On error the file is closed and a ``ServiceError`` raised (415 not
+    multipart, 413 file over ``max_file_bytes``, 400 anything else)."""
+    boundary = _boundary(content_type)
+    file: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115 - closed by the caller
+    digest = hashlib.sha256()
+    size = 0
+    file_part: PartStart | None = None
+    metadata_raw: bytearray | None = None
+    current: str | None = None  # "file", "metadata", or None for parts that are skipped
+    events = _Events()
+    try:
+        parser = MultipartParser(
+            boundary,
+            events.callbacks(),
+            # The limit on a part's whole header block (``_Events``) is the one that applies.
+            max_header_count=sys.maxsize,
+            max_header_size=sys.maxsize,
+        )
+        async for data in body:
+            parser.write(data)
+            for event in events.take():
+                if isinstance(event, PartStart):
+                    current = None
+                    if event.name == "file":
+                        if file_part is not None:
+                            raise _error(400, "invalid_argument", "file: only one file per upload", "file")
+                        if event.filename is None:
+                            raise _error(
+                                400, "invalid_argument", "file: the part 'file' must be a file upload", "file"
+                            )
+                        file_part, current = event, "file"
+                    elif event.name == "metadata":
+                        metadata_raw, current = bytearray(), "metadata"
+                elif current == "file":
+                    size += len(event)
+                    if size > max_file_bytes:
+                        raise _too_large(max_file_bytes)
+                    digest.update(event)
+                    await _write(file, event)
+                elif current == "metadata" and metadata_raw is not None:
+                    metadata_raw += event
+                    if len(metadata_raw) > MAX_METADATA_PART_BYTES:
+                        raise _error(
+                            400,
+                            "invalid_argument",
+                            f"metadata: over the limit of {MAX_METADATA_PART_BYTES} bytes",
+                            "metadata",
+                        )
+            if events.done:
+                break  # an epilogue is ignored
+        if not events.done:
+            raise MultipartError("the body ended before the closing boundary")
+        if file_part is None:
+            raise _error(400, "invalid_argument", "file: required (a multipart part named 'file')", "file")
+        await asyncio.to_thread(file.seek, 0)
+        return SpooledUpload(
+            file=file,
+            file_name=file_part.filename or "",
+            content_type=file_part.content_type,
+            size=size,
+            sha256=digest.hexdigest(),
+            metadata=_metadata(bytes(metadata_raw) if metadata_raw is not None else None),
+        )
+    except (MultipartError, FormParserError) as error:
+        file.close()
+        raise _error(400, "invalid_argument", f"file: malformed multipart body: {error}", "file") from error
+    except BaseException:
+        file.close()
+        raise
+
+
+__all__ = [
+    "MAX_METADATA_PART_BYTES",
+    "MAX_PART_HEADER_BYTES",
+    "MULTIPART_ALLOWANCE_BYTES",
+    "SPOOL_MEMORY_BYTES",
+    "SpooledUpload",
+    "read_spooled",
+    "refuse_oversized",
+    "spool_upload",
+]

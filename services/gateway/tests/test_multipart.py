@@ -1,0 +1,291 @@
+"""The gateway's streaming multipart upload (``knowsphere_gateway.api.multipart``), fed bodies piece by
+piece as ``request.stream()`` would."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import tracemalloc
+import urllib.parse
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import pytest
+
+from knowsphere_gateway.api import multipart
+from knowsphere_gateway.api.errors import ServiceError
+from knowsphere_gateway.api.multipart import SpooledUpload, refuse_oversized, spool_upload
+
+BOUNDARY = "----ks-test-boundary-7MA4YWxkTrZu0gW"
+CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
+MIB = 1024 * 1024
+LIMIT = 50 * MIB
+
+
+def part(disposition: str, data: bytes, content_type: str | None = None) -> bytes:
+    head = f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n"
+    if content_type is not None:
+        head += f"Content-Type: {content_type}\r\n"
+    return head.encode() + b"\r\n" + data + b"\r\n"
+
+
+def file_part(data: bytes, filename: str = "report.md", content_type: str = "text/markdown") -> bytes:
+    return part(f'form-data; name="file"; filename="{filename}"', data, content_type)
+
+
+def file_head(filename: str = "big.bin") -> bytes:
+    """The start of a file part whose bytes and end the caller sends."""
+    return (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n\r\n'.encode()
+    )
+
+
+def metadata_part(value: str) -> bytes:
+    return part('form-data; name="metadata"', value.encode())
+
+
+def closing() -> bytes:
+    return f"--{BOUNDARY}--\r\n".encode()
+
+
+async def stream(pieces: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+async def spool(body: bytes | Iterable[bytes], limit: int = LIMIT) -> SpooledUpload:
+    pieces = [body] if isinstance(body, bytes) else body
+    return await spool_upload(CONTENT_TYPE, stream(pieces), limit)
+
+
+async def spool_error(body: bytes | Iterable[bytes], limit: int = LIMIT) -> ServiceError:
+    with pytest.raises(ServiceError) as caught:
+        await spool(body, limit)
+    return caught.value
+
+
+def content(upload: SpooledUpload) -> bytes:
+    try:
+        return upload.file.read()
+    finally:
+        upload.file.close()
+
+
+def split_at_random(body: bytes, rng: random.Random) -> list[bytes]:
+    cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, min(40, len(body) - 1))))
+    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+
+
+# --- the parts arrive whole ----------------------------------------------------------------------
+
+
+async def test_file_and_metadata_are_read_with_size_and_hash() -> None:
+    data = b"# Travel policy\n\nTrains under four hours.\r\n--almost-a-boundary\r\n"
+    body = metadata_part('{"source": "intranet"}') + file_part(data) + closing()
+    upload = await spool(body)
+    assert (upload.file_name, upload.content_type) == ("report.md", "text/markdown")
+    assert (upload.size, upload.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert upload.metadata == {"source": "intranet"}
+    assert content(upload) == data
+
+
+async def test_parts_other_than_file_and_metadata_and_an_epilogue_are_ignored() -> None:
+    body = (
+        part('form-data; name="comment"', b"x" * 1000)
+        + file_part(b"abc")
+        + closing()
+        + b"epilogue that is not multipart at all"
+    )
+    upload = await spool(body)
+    assert (upload.metadata, content(upload)) == ({}, b"abc")
+
+
+async def test_body_split_at_random_byte_boundaries_gives_the_same_upload() -> None:
+    rng = random.Random(20240611)
+    # Content that keeps nearly matching the delimiter, so partial matches straddle the cuts.
+    data = b"".join(
+        rng.choice([b"\r\n", b"\r\n--", f"\r\n--{BOUNDARY[:-1]}".encode(), b"-", bytes([rng.randrange(256)])])
+        for _ in range(3000)
+    )
+    metadata = {"source": "wiki", "owner": "Zoë"}
+    body = metadata_part(json.dumps(metadata)) + file_part(data, "plan.bin", "application/octet-stream")
+    body += closing()
+    for _ in range(60):
+        upload = await spool(split_at_random(body, rng))
+        assert (upload.size, upload.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        assert upload.metadata == metadata and upload.file_name == "plan.bin"
+        assert content(upload) == data
+    one_byte_at_a_time = [body[i : i + 1] for i in range(len(body))]
+    assert content(await spool(one_byte_at_a_time)) == data
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'form-data; name="file"; filename="季度报告 Ü.pdf"',  # raw UTF-8, as browsers and httpx send it
+        "form-data; name=\"file\"; filename*=UTF-8''" + urllib.parse.quote("季度报告 Ü.pdf"),  # RFC 5987
+    ],
+)
+async def test_non_ascii_file_names(disposition: str) -> None:
+    upload = await spool(part(disposition, b"%PDF-1.7", "application/pdf") + closing())
+    assert upload.file_name == "季度报告 Ü.pdf"
+    assert upload.content_type == "application/pdf"
+    content(upload)
+
+
+async def test_a_client_path_is_cut_to_the_file_name() -> None:
+    upload = await spool(file_part(b"x", filename="C:\\\\Users\\\\ana\\\\notes.txt") + closing())
+    assert upload.file_name == "notes.txt"
+    content(upload)
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+async def test_missing_file_part_is_a_400_on_file() -> None:
+    error = await spool_error(metadata_part("{}") + part('form-data; name="other"; filename="a.md"', b"#"))
+    assert error.status_code == 400
+    assert error.body["field"] == "file"
+    error = await spool_error(metadata_part("{}") + closing())
+    assert error.status_code == 400
+    assert error.body == {
+        "code": "invalid_argument",
+        "message": "file: required (a multipart part named 'file')",
+        "field": "file",
+    }
+
+
+async def test_a_file_part_without_a_file_name_or_twice_is_refused() -> None:
+    error = await spool_error(part('form-data; name="file"', b"text") + closing())
+    assert error.body["message"] == "file: the part 'file' must be a file upload"
+    error = await spool_error(file_part(b"a") + file_part(b"b") + closing())
+    assert error.body["message"] == "file: only one file per upload"
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", '"text"', '{"n": 1}'])
+async def test_metadata_that_is_not_a_json_object_of_strings_is_a_400(value: str) -> None:
+    error = await spool_error(metadata_part(value) + file_part(b"a") + closing())
+    assert error.status_code == 400
+    assert error.body == {
+        "code": "invalid_argument",
+        "message": "metadata: must be a JSON object of strings",
+        "field": "metadata",
+    }
+
+
+async def test_metadata_that_is_not_json_or_too_large_is_a_400() -> None:
+    error = await spool_error(metadata_part("{nope") + file_part(b"a") + closing())
+    assert error.body["field"] == "metadata"
+    assert str(error.body["message"]).startswith("metadata: not JSON (")
+    big = json.dumps({"k": "v" * multipart.MAX_METADATA_PART_BYTES})
+    error = await spool_error(metadata_part(big) + file_part(b"a") + closing())
+    assert error.body["message"] == f"metadata: over the limit of {multipart.MAX_METADATA_PART_BYTES} bytes"
+
+
+async def test_a_body_that_is_not_multipart_is_a_415() -> None:
+    for content_type in (None, "application/json", "multipart/form-data", "multipart/mixed; boundary=x"):
+        with pytest.raises(ServiceError) as caught:
+            await spool_upload(content_type, stream([b"{}"]), LIMIT)
+        assert caught.value.status_code == 415
+        assert caught.value.body["field"] == "file"
+
+
+async def test_malformed_bodies_are_a_400_on_file() -> None:
+    truncated = file_part(b"abc")  # no closing boundary
+    error = await spool_error(truncated)
+    assert error.status_code == 400
+    assert (
+        error.body["message"] == "file: malformed multipart body: the body ended before the closing boundary"
+    )
+    error = await spool_error(b"--not-the-boundary\r\n" + file_part(b"abc") + closing())
+    assert str(error.body["message"]).startswith("file: malformed multipart body: ")
+    headers = "".join(f"X-Header-{i}: {'v' * 100}\r\n" for i in range(200))
+    huge_head = f"--{BOUNDARY}\r\n{headers}\r\n".encode()
+    error = await spool_error(huge_head + b"x\r\n" + closing())
+    assert error.body["message"] == (
+        f"file: malformed multipart body: part headers over {multipart.MAX_PART_HEADER_BYTES} bytes"
+    )
+
+
+async def test_a_file_over_the_limit_stops_the_reading_early() -> None:
+    limit = 100 * 1024
+    piece = 64 * 1024
+    pulled = 0
+
+    async def endless_body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        pulled += 1
+        yield file_head()
+        for _ in range(10 * 1024 * 1024 // piece):
+            pulled += 1
+            yield b"\0" * piece
+
+    with pytest.raises(ServiceError) as caught:
+        await spool_upload(CONTENT_TYPE, endless_body(), limit)
+    assert caught.value.status_code == 413
+    assert caught.value.body == {
+        "code": "payload_too_large",
+        "message": f"file: over the limit of {limit} bytes",
+        "field": "file",
+    }
+    assert pulled <= 3
+
+
+def test_a_content_length_that_cannot_fit_is_refused_before_reading() -> None:
+    refuse_oversized(None, 1000)
+    refuse_oversized("not-a-number", 1000)
+    refuse_oversized(str(1000 + multipart.MULTIPART_ALLOWANCE_BYTES), 1000)
+    with pytest.raises(ServiceError) as caught:
+        refuse_oversized(str(1001 + multipart.MULTIPART_ALLOWANCE_BYTES), 1000)
+    assert caught.value.status_code == 413
+
+
+async def test_the_spooled_file_is_closed_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[Any] = []
+    original = multipart.tempfile.SpooledTemporaryFile
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        opened.append(original(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(multipart.tempfile, "SpooledTemporaryFile", recording)
+    await spool_error(file_part(b"abc"), limit=2)
+    assert len(opened) == 1 and opened[0].closed
+
+
+# --- large files ---------------------------------------------------------------------------------
+
+
+async def test_a_5_mib_file_spills_to_disk_with_bounded_memory_and_the_right_hash() -> None:
+    size = 5 * MIB
+    piece = 64 * 1024
+    rng = random.Random(5)
+    expected = hashlib.sha256()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield metadata_part('{"kind": "large"}')
+        yield file_head()
+        for _ in range(size // piece):
+            data = rng.randbytes(piece)
+            expected.update(data)
+            yield data
+        yield b"\r\n" + closing()
+
+    tracemalloc.start()
+    try:
+        upload = await spool_upload(CONTENT_TYPE, body(), LIMIT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    try:
+        assert upload.file._rolled  # type: ignore[attr-defined]
+        assert (upload.size, upload.sha256) == (size, expected.hexdigest())
+        assert upload.metadata == {"kind": "large"}
+        assert peak < multipart.SPOOL_MEMORY_BYTES + MIB, peak  # not the 5 MiB
+        read_back = hashlib.sha256()
+        while data := await multipart.read_spooled(upload.file, 256 * 1024):
+            read_back.update(data)
+        assert read_back.hexdigest() == expected.hexdigest()
+    finally:
+        upload.file.close()
