@@ -1,5 +1,9 @@
 """What an operator would notice in deploy/k8s: object names, ports, probes, lock-down, wiring.
 
+Seven services serve gRPC (one Deployment + Service + ServiceAccount each); the ingestion worker is a
+Deployment of its own that serves no port, runs another module of the ingestion image and shares the
+ingestion settings, database and object store.
+
 Reads the manifests with pyyaml only; no cluster. The overlays are also built with `kustomize` (or
 `kubectl kustomize`) when one is on PATH; those tests are skipped otherwise.
 """
@@ -7,6 +11,7 @@ Reads the manifests with pyyaml only; no cluster. The overlays are also built wi
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import re
@@ -35,6 +40,10 @@ GRPC_PORTS = {
     "modelhub": 7416,
 }
 SERVICES = sorted(GRPC_PORTS)
+# Deployments that serve no port: name -> (the service whose image and KS_<NAME>_ settings it uses,
+# the module it runs with `python -m`).
+WORKERS = {"ingestion-worker": ("ingestion", "knowsphere_ingestion.worker")}
+DEPLOYMENTS = sorted([*SERVICES, *WORKERS])
 GATEWAY_HTTP_PORT = 8780
 PEERS = {
     "gateway": {"conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"},
@@ -100,6 +109,20 @@ def container_port(container: dict[str, Any], ref: int | str) -> int:
     return by_name[ref]
 
 
+def service_of(name: str) -> str:
+    """The service a Deployment belongs to: itself, or for a worker the service it works for."""
+    return WORKERS[name][0] if name in WORKERS else name
+
+
+def settings_prefix(name: str) -> str:
+    return f"KS_{service_of(name).upper()}_"
+
+
+def settings_class(service: str) -> Any:
+    """The pydantic Settings of a service (the test venv has every service installed)."""
+    return importlib.import_module(f"knowsphere_{service}.settings").Settings
+
+
 def read_env_file(path: Path) -> dict[str, str]:
     values = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -160,16 +183,40 @@ def test_each_service_has_one_deployment_service_and_serviceaccount_named_after_
     assert service["spec"]["selector"] == {"app": name}, "the Service must select the Deployment's pods"
 
 
-def test_base_has_nothing_but_the_services_and_their_accounts() -> None:
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_each_worker_has_a_deployment_and_serviceaccount_in_its_services_file_and_no_service(
+    name: str,
+) -> None:
+    service = service_of(name)
+    for kind in ("Deployment", "ServiceAccount"):
+        found = objects_named(kind, name)
+        assert [f for f, _ in found] == [f"{service}.yaml"], (
+            f"{kind} {name}: found in {[f for f, _ in found]}"
+        )
+    assert objects_named("Service", name) == [], f"{name} serves no port: no Service"
+    dep = deployment(name)
+    assert dep["spec"]["selector"]["matchLabels"] == {"app": name}
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["app"] == name
+    assert pod_spec(name)["serviceAccountName"] == name
+    assert server_container(name)["image"].split(":")[0] == f"knowsphere/{service}"
+    for _, svc in (o for o in base_objects() if o[1]["kind"] == "Service"):
+        selector = svc["spec"]["selector"]
+        selects = all(pod_labels.get(k) == v for k, v in selector.items())
+        assert not selects, f"Service {svc['metadata']['name']} would send traffic to {name} pods"
+
+
+def test_base_has_nothing_but_the_services_the_workers_and_their_accounts() -> None:
     kinds_and_names = {(o["kind"], o["metadata"]["name"]) for _, o in base_objects()}
     expected = {(k, n) for n in SERVICES for k in ("Deployment", "Service", "ServiceAccount")}
+    expected |= {(k, n) for n in WORKERS for k in ("Deployment", "ServiceAccount")}
     assert kinds_and_names == expected
 
 
 # --- lock-down, resources, shutdown ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("name", DEPLOYMENTS)
 def test_containers_run_non_root_with_read_only_root_and_no_capabilities(name: str) -> None:
     pod_security = pod_spec(name).get("securityContext", {})
     for container in pod_spec(name)["containers"]:
@@ -183,7 +230,7 @@ def test_containers_run_non_root_with_read_only_root_and_no_capabilities(name: s
         assert security.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: capabilities not dropped"
 
 
-@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("name", DEPLOYMENTS)
 def test_every_container_has_requests_within_limits(name: str) -> None:
     for container in pod_spec(name)["containers"]:
         resources = container.get("resources", {})
@@ -199,10 +246,35 @@ def test_pods_get_30_seconds_to_finish_in_flight_work(name: str) -> None:
     assert pod_spec(name)["terminationGracePeriodSeconds"] == 30
 
 
-@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_worker_pods_outlive_the_grace_their_running_activities_get(name: str) -> None:
+    # On SIGTERM the worker gives running activities KS_<NAME>_SHUTDOWN_GRACE_SECONDS, then closes
+    # NATS, its channels and flushes spans: the kubelet must not SIGKILL it before.
+    setting = settings_prefix(name) + "SHUTDOWN_GRACE_SECONDS"
+    default = settings_class(service_of(name)).model_fields["shutdown_grace_seconds"].default
+    activity_grace = float(env_values(server_container(name)).get(setting, default))
+    pod_grace = pod_spec(name)["terminationGracePeriodSeconds"]
+    assert pod_grace >= activity_grace + 15, (
+        f"{name}: {pod_grace} s for an activity grace of {activity_grace} s"
+    )
+    assert activity_grace > 30, f"{name}: activities get no more time than a gRPC call ({activity_grace} s)"
+
+
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_worker_gets_more_memory_than_its_api_for_parsing(name: str) -> None:
+    worker = server_container(name)["resources"]
+    api = server_container(service_of(name))["resources"]
+    for bound in ("requests", "limits"):
+        assert memory_bytes(worker[bound]["memory"]) > memory_bytes(api[bound]["memory"]), bound
+    assert cpu_millis(worker["limits"]["cpu"]) >= cpu_millis(api["limits"]["cpu"])
+
+
+@pytest.mark.parametrize("name", DEPLOYMENTS)
 def test_data_dir_and_tmp_are_writable_empty_dirs(name: str) -> None:
+    # In base every store is embedded and per pod (the ingestion API and worker do not share theirs:
+    # components/backends gives them shared stores).
     container = server_container(name)
-    assert env_values(container)[f"KS_{name.upper()}_DATA_DIR"] == "/data"
+    assert env_values(container)[settings_prefix(name) + "DATA_DIR"] == "/data"
     volumes = {v["name"]: v for v in pod_spec(name).get("volumes", [])}
     mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
     for path in ("/data", "/tmp"):
@@ -210,7 +282,19 @@ def test_data_dir_and_tmp_are_writable_empty_dirs(name: str) -> None:
         assert "emptyDir" in volumes[mounts[path]], f"{name}: {path} is not an emptyDir"
 
 
-# --- probes and ports --------------------------------------------------------------------------
+# --- probes and ports (the services; workers serve no port) ----------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_worker_serves_no_port_and_has_no_network_probes(name: str) -> None:
+    container = server_container(name)
+    assert not container.get("ports"), f"{name}: a worker serves no port"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        checks = set(container.get(probe, {})) & {"grpc", "httpGet", "tcpSocket"}
+        assert not checks, f"{name}: {probe} checks a port the worker does not serve: {checks}"
+    env = env_values(container)
+    prefix = settings_prefix(name)
+    assert prefix + "GRPC_PORT" not in env and prefix + "GRPC_HOST" not in env
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -267,12 +351,12 @@ def test_service_listens_on_the_port_its_manifest_exposes(name: str) -> None:
 # --- settings and wiring -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", SERVICES)
-def test_otel_service_name_is_the_short_name(name: str) -> None:
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_otel_service_name_is_the_deployment_name(name: str) -> None:
     assert env_values(server_container(name))["OTEL_SERVICE_NAME"] == name
 
 
-@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("name", DEPLOYMENTS)
 def test_every_container_loads_the_shared_config(name: str) -> None:
     env_from = server_container(name).get("envFrom", [])
     refs = [e["configMapRef"]["name"] for e in env_from if "configMapRef" in e]
@@ -308,12 +392,44 @@ def test_modelhub_reads_master_key_from_its_secret() -> None:
     assert secret_ref == {"name": "knowsphere-master-key", "key": "MASTER_KEY"}
 
 
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_worker_runs_its_module_with_the_wiring_of_its_service(name: str) -> None:
+    service, module = WORKERS[name]
+    container = server_container(name)
+    assert entrypoint_modules(container) == [module]
+    assert runnable_with_python_m(module)
+    api = server_container(service)
+    assert container["envFrom"] == api["envFrom"], f"{name} must read the settings {service} reads"
+    prefix = settings_prefix(name)
+    own = set(env_values(container)) - {"OTEL_SERVICE_NAME"}
+    assert all(key.startswith(prefix) for key in own), f"{name}: settings of another service: {own}"
+    # Every setting without a default (Temporal, NATS, peers, data dir) is given.
+    given = {k.removeprefix(prefix).lower() for k in {**shared_config(), **env_values(container)}}
+    required = {f for f, info in settings_class(service).model_fields.items() if info.is_required()}
+    assert required <= given, f"{name}: settings without a value: {required - given}"
+
+
+def test_backends_give_ingestion_shared_storage_under_the_names_its_settings_read() -> None:
+    # The ingestion API and its worker share documents only through these backends.
+    backends = K8S / "components" / "backends"
+    endpoints = read_env_file(backends / "backends.env")
+    secret = read_env_file(backends / "secret.env.example")
+    assert {"KS_INGESTION_S3_ENDPOINT", "KS_INGESTION_S3_BUCKET"} <= set(endpoints)
+    assert {"KS_INGESTION_DATABASE_URL", "KS_INGESTION_S3_ACCESS_KEY", "KS_INGESTION_S3_SECRET_KEY"} <= set(
+        secret
+    )
+    fields = settings_class("ingestion").model_fields
+    for key in [*shared_config(), *endpoints, *secret]:
+        if key.startswith("KS_INGESTION_"):
+            assert key.removeprefix("KS_INGESTION_").lower() in fields, f"{key} is no ingestion setting"
+
+
 def test_image_user_is_the_user_the_pods_run_as() -> None:
     users = re.findall(r"^USER\s+(\d+):(\d+)\s*$", DOCKERFILE.read_text(encoding="utf-8"), flags=re.M)
     assert len(users) == 1, "the Dockerfile must switch once to a numeric USER uid:gid"
     uid, gid = (int(n) for n in users[0])
     assert uid != 0
-    for name in SERVICES:
+    for name in DEPLOYMENTS:
         security = pod_spec(name)["securityContext"]
         assert (security["runAsUser"], security["runAsGroup"]) == (uid, gid), name
 
@@ -407,16 +523,16 @@ def built_shared_config(overlay: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_builds_with_every_deployment(overlay: str) -> None:
-    assert set(SERVICES) <= set(built(overlay, "Deployment"))
+    assert set(DEPLOYMENTS) <= set(built(overlay, "Deployment"))
     config_maps = [n for n in built(overlay, "ConfigMap") if n.startswith(CONFIG_MAP + "-")]
     assert len(config_maps) == 1
-    for name in SERVICES:
+    for name in DEPLOYMENTS:
         env_from = built_container(overlay, name)["envFrom"]
         assert {"configMapRef": {"name": config_maps[0]}} in env_from, f"{name}: no generated ConfigMap"
 
 
 def test_dev_runs_one_replica_of_everything_with_small_requests() -> None:
-    for name in SERVICES:
+    for name in DEPLOYMENTS:
         assert built("dev", "Deployment")[name]["spec"].get("replicas", 1) == 1
         requests = built_container("dev", name)["resources"]["requests"]
         assert cpu_millis(requests["cpu"]) <= 100 and memory_bytes(requests["memory"]) <= 256 * 2**20
@@ -445,10 +561,29 @@ def test_production_autoscales_conversation() -> None:
 def test_production_budgets_cover_every_multi_replica_deployment() -> None:
     pdbs = built("production", "PodDisruptionBudget")
     covered = {p["spec"]["selector"]["matchLabels"]["app"] for p in pdbs.values()}
-    assert {"gateway", "conversation", "retrieval"} <= covered
+    assert {"gateway", "conversation", "retrieval", *WORKERS} <= covered
     single = {n for n, d in built("production", "Deployment").items() if d["spec"].get("replicas", 1) < 2}
     single -= set(built("production", "HorizontalPodAutoscaler"))
     assert not covered & single, "a budget on a single replica blocks every node drain"
+
+
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_production_runs_at_least_two_workers_on_the_shared_backends(name: str) -> None:
+    service, module = WORKERS[name]
+    deployments = built("production", "Deployment")
+    hpas = built("production", "HorizontalPodAutoscaler")
+    if name in hpas:
+        assert hpas[name]["spec"]["minReplicas"] >= 2
+    else:
+        assert deployments[name]["spec"].get("replicas", 1) >= 2, f"{name}: fewer than 2 replicas"
+    container = built_container("production", name)
+    assert entrypoint_modules(container) == [module]
+    # Same ConfigMap and Secret as the API: the same database and object store.
+    assert container["envFrom"] == built_container("production", service)["envFrom"]
+    assert {"secretRef": {"name": "knowsphere-backends"}} in container["envFrom"]
+    config = built_shared_config("production")
+    prefix = settings_prefix(name)
+    assert config[prefix + "S3_ENDPOINT"] and config[prefix + "S3_BUCKET"]
 
 
 def test_production_exports_telemetry_to_the_collector_it_deploys() -> None:
@@ -463,7 +598,7 @@ def test_production_exports_telemetry_to_the_collector_it_deploys() -> None:
 
 def test_production_points_services_at_backends_and_their_secret() -> None:
     assert built_shared_config("production")["KS_RETRIEVAL_QDRANT_URL"]
-    for name in SERVICES:
+    for name in DEPLOYMENTS:
         env_from = built_container("production", name)["envFrom"]
         assert {"secretRef": {"name": "knowsphere-backends"}} in env_from, name
 
@@ -502,9 +637,13 @@ def build_component(component: str) -> list[dict[str, Any]]:
 def test_component_builds_on_the_base(component: str) -> None:
     # The langfuse component is in no overlay: this is where a broken patch in it shows.
     deployments = {o["metadata"]["name"]: o for o in build_component(component) if o["kind"] == "Deployment"}
-    assert set(SERVICES) <= set(deployments)
+    assert set(DEPLOYMENTS) <= set(deployments)
+    if component == "backends":
+        for name in DEPLOYMENTS:
+            env_from = deployments[name]["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+            assert {"secretRef": {"name": "knowsphere-backends"}} in env_from, name
     if component == "langfuse":
-        for name in SERVICES:
+        for name in DEPLOYMENTS:
             containers = deployments[name]["spec"]["template"]["spec"]["containers"]
             assert len(containers) == 1, f"{name}: the patch added a container instead of merging"
             refs = {
@@ -575,6 +714,8 @@ def test_every_container_command_runs_an_existing_module(source: str) -> None:
                 if not runnable_with_python_m(module):
                     missing.append(f"{where}: python -m {module}")
     assert not missing, f"{source}: containers run modules that do not exist: {missing}"
-    assert set(SERVICES) <= set(checked), f"{source}: no entry point found for {set(SERVICES) - set(checked)}"
+    assert set(DEPLOYMENTS) <= set(checked), f"{source}: no entry point for {set(DEPLOYMENTS) - set(checked)}"
     for name in SERVICES:
         assert f"knowsphere_{name}" in checked[name], f"{source}: {name} does not run knowsphere_{name}"
+    for name, (_, module) in WORKERS.items():
+        assert checked[name] == [module], f"{source}: {name} runs {checked[name]}, not {module}"

@@ -401,3 +401,48 @@ def test_the_upload_policy_names_limits_and_types(stack: Any) -> None:
     by_extension = {t.extension: t for t in policy.file_types}
     assert {"pdf", "docx", "pptx", "xlsx", "csv", "md", "txt", "html", "png", "mp3"} <= set(by_extension)
     assert list(by_extension["mp3"].missing_components) == ["asr"]  # no speech model in a fresh stack
+
+
+def test_changing_the_embedding_model_re_embeds_and_switches_over_when_complete(stack: Any) -> None:
+    new_model = "builtin-multilingual-e5-small"
+
+    async def work(api: Api) -> None:
+        kb = await api.kb()
+        first = await api.upload(kb.id, "policy.md", POLICY)
+        assert (await api.wait(first.document.id))[0].status == pb.DOCUMENT_STATUS_READY
+        request = pb.UpdateKnowledgeBaseRequest(knowledge_base_id=kb.id, embedding_model_id=new_model)
+        started = (await api.ingestion.UpdateKnowledgeBase(request)).knowledge_base
+        assert started.migration.state == pb.MIGRATION_STATE_RUNNING
+        assert (started.migration.from_model_id, started.migration.to_model_id) == (
+            kb.embedding_model_id,
+            new_model,
+        )
+        # Until the switch, queries keep using the old model; a retried request starts nothing new.
+        again = (await api.ingestion.UpdateKnowledgeBase(request)).knowledge_base
+        assert again.migration.start_time == started.migration.start_time
+        query = rpb.SearchRequest(query="how many days of annual leave", knowledge_base_ids=[kb.id], top_k=3)
+        assert "25 days" in (await api.retrieval.Search(query)).results[0].text
+        deadline = asyncio.get_running_loop().time() + 180
+        while True:
+            current = (
+                await api.ingestion.GetKnowledgeBase(pb.GetKnowledgeBaseRequest(knowledge_base_id=kb.id))
+            ).knowledge_base
+            if current.migration.state != pb.MIGRATION_STATE_RUNNING:
+                break
+            assert asyncio.get_running_loop().time() < deadline, current.migration
+            await asyncio.sleep(1)
+        assert current.migration.state == pb.MIGRATION_STATE_COMPLETED, current.migration.failure_reason
+        assert current.embedding_model_id == new_model
+        assert (current.migration.documents_done, current.migration.documents_total) == (1, 1)
+        stats = await api.stats(kb.id)
+        vectors = {e.model_id: (e.vector_count, e.active) for e in stats.embeddings}
+        assert vectors[new_model] == (3, True)
+        assert vectors.get(kb.embedding_model_id, (0, False))[0] == 0  # the old vectors are gone
+        assert "25 days" in (await api.retrieval.Search(query)).results[0].text
+        # New documents are embedded with the new model.
+        second = await api.upload(kb.id, "sick.md", b"# Sick leave\n\nCall your manager before 9 am.\n")
+        assert (await api.wait(second.document.id))[0].status == pb.DOCUMENT_STATUS_READY
+        stats = await api.stats(kb.id)
+        assert {e.model_id: e.vector_count for e in stats.embeddings}[new_model] == 4
+
+    run(stack, LOCAL, work)

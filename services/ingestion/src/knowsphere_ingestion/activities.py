@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -29,7 +29,7 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
 from knowsphere_ingestion import artifacts
-from knowsphere_ingestion.adapters.peers import EmbedBatcher, ModelHub, Retrieval
+from knowsphere_ingestion.adapters.peers import EmbedBatcher, IndexBatcher, ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain import graph_extraction as gx
 from knowsphere_ingestion.domain.chunking import ChunkDraft, chunk_document
@@ -46,7 +46,15 @@ from knowsphere_ingestion.formats import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
 from knowsphere_ingestion.parsing import ParseError, UnsupportedFormat, parse
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.storage.blobs import BlobNotFound, BlobStore
-from knowsphere_ingestion.workflows import PERMANENT, FailInput, GraphOutcome, IngestInput, StageResult
+from knowsphere_ingestion.workflows import (
+    PERMANENT,
+    FailInput,
+    GraphOutcome,
+    IngestInput,
+    MigrateInput,
+    MigrationFailure,
+    StageResult,
+)
 from knowsphere_runtime.identity import Identity, bound_identity
 
 log = structlog.get_logger(__name__)
@@ -196,6 +204,7 @@ class IngestionActivities:
         modelhub: ModelHub,
         retrieval: Retrieval,
         batcher: EmbedBatcher,
+        indexer: IndexBatcher | None = None,
         publish: Publish,
         parse_executor: Executor,
         index_batch_size: int = 128,
@@ -206,6 +215,7 @@ class IngestionActivities:
         self.modelhub = modelhub
         self.retrieval = retrieval
         self.batcher = batcher
+        self.indexer = indexer or IndexBatcher(retrieval, batch_size=index_batch_size)
         self.publish = publish
         self.parse_executor = parse_executor
         self.index_batch_size = index_batch_size
@@ -220,6 +230,8 @@ class IngestionActivities:
             self.extract_graph,
             self.finish_graph,
             self.fail_document,
+            self.migrate_embeddings,
+            self.fail_migration,
         ]
 
     # --- shared ---------------------------------------------------------------------------------
@@ -413,6 +425,52 @@ class IngestionActivities:
 
     # --- embed ----------------------------------------------------------------------------------
 
+    async def _embed_part(
+        self, prefix: str, model_id: str, dimension: int, number: int, part: Sequence[ChunkDraft]
+    ) -> bool:
+        """Embeds one part of a document's chunks with one model unless stored already; True if it did."""
+        key = artifacts.vectors_key(prefix, model_id, number)
+        if await self.blobs.exists(key):
+            return False
+        try:
+            vectors = await self.batcher.embed(model_id, [embedding_text(c) for c in part])
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, f"embedding with {model_id}", "embedding_failed")
+        if len(vectors) != len(part) or any(len(v) != dimension for v in vectors):
+            raise permanent(
+                "embedding_failed",
+                f"{model_id} returned vectors of the wrong count or dimension "
+                f"(expected {len(part)} × {dimension})",
+            )
+        await artifacts.put_json(self.blobs, key, artifacts.vectors_to_json(vectors))
+        return True
+
+    async def _vectors(self, prefix: str, model_id: str, count: int) -> list[list[float]]:
+        per = self.vectors_per_artifact
+        vectors: list[list[float]] = []
+        for number in range((count + per - 1) // per):
+            key = artifacts.vectors_key(prefix, model_id, number)
+            try:
+                vectors.extend(artifacts.vectors_from_json(await artifacts.get_json(self.blobs, key)))
+            except BlobNotFound as error:
+                raise _retryable(
+                    "artifact_missing", f"{model_id} vectors of batch {number} are missing"
+                ) from error
+        return vectors
+
+    @staticmethod
+    def _models(kb: KnowledgeBase) -> list[tuple[str, int]]:
+        """The models a document is embedded with: the active one, and a migration's target meanwhile."""
+        models = [(kb.embedding_model_id, kb.embedding_dimension)]
+        migration = kb.migration
+        if (
+            migration is not None
+            and migration.state == "running"
+            and migration.to_model_id != kb.embedding_model_id
+        ):
+            models.append((migration.to_model_id, migration.to_dimension))
+        return models
+
     @activity.defn(name="embed_chunks")
     async def embed_chunks(self, job: IngestInput) -> StageResult:
         with bound_identity(Identity(job.tenant_id, job.user_id)):
@@ -429,23 +487,10 @@ class IngestionActivities:
                 span.set_attribute("ks.embedding.model_id", kb.embedding_model_id)
                 span.set_attribute("ks.chunks", len(chunks))
                 for number, part in enumerate(parts):
-                    key = artifacts.vectors_key(prefix, kb.embedding_model_id, number)
-                    if not await self.blobs.exists(key):
-                        try:
-                            vectors = await self.batcher.embed(
-                                kb.embedding_model_id, [embedding_text(c) for c in part]
-                            )
-                        except grpc.aio.AioRpcError as error:
-                            _raise_rpc(error, f"embedding with {kb.embedding_model_id}", "embedding_failed")
-                        if len(vectors) != len(part) or any(
-                            len(v) != kb.embedding_dimension for v in vectors
-                        ):
-                            raise permanent(
-                                "embedding_failed",
-                                f"{kb.embedding_model_id} returned vectors of the wrong count or dimension "
-                                f"(expected {len(part)} × {kb.embedding_dimension})",
-                            )
-                        await artifacts.put_json(self.blobs, key, artifacts.vectors_to_json(vectors))
+                    fresh = False
+                    for model_id, dimension in self._models(kb):
+                        fresh = await self._embed_part(prefix, model_id, dimension, number, part) or fresh
+                    if fresh:
                         embedded_now += len(part)
                     done += len(part)
                     _beat(number)
@@ -468,23 +513,24 @@ class IngestionActivities:
             kb = await self._kb(job)
             chunks = await self._chunks(job)
             prefix = self._run_prefix(job)
-            per = self.vectors_per_artifact
-            vectors: list[list[float]] = []
-            for number in range((len(chunks) + per - 1) // per):
-                key = artifacts.vectors_key(prefix, kb.embedding_model_id, number)
-                try:
-                    vectors.extend(artifacts.vectors_from_json(await artifacts.get_json(self.blobs, key)))
-                except BlobNotFound as error:
-                    raise _retryable("artifact_missing", f"vectors of batch {number} are missing") from error
             document = stage.document
+            per = self.vectors_per_artifact
+            embeddings = []
+            for model_id, dimension in self._models(kb):
+                # A migration may have started after the embed stage: embed for its target now.
+                for number in range(0, (len(chunks) + per - 1) // per):
+                    part = chunks[number * per : (number + 1) * per]
+                    await self._embed_part(prefix, model_id, dimension, number, part)
+                embeddings.append((model_id, await self._vectors(prefix, model_id, len(chunks))))
             messages = [
-                self._chunk_message(job, document, kb, c, v) for c, v in zip(chunks, vectors, strict=True)
+                self._chunk_message(job, document, c, [(m, vectors[i]) for m, vectors in embeddings])
+                for i, c in enumerate(chunks)
             ]
             progress = replace(document.progress, chunks_total=len(chunks), chunks_embedded=len(chunks))
             try:
                 for start in range(0, len(messages), self.index_batch_size):
                     await self._still_current(job)
-                    await self.retrieval.index(messages[start : start + self.index_batch_size])
+                    await self.indexer.index(messages[start : start + self.index_batch_size])
                     done = min(len(messages), start + self.index_batch_size)
                     _beat(done)
                     progress = replace(progress, chunks_indexed=done)
@@ -521,7 +567,11 @@ class IngestionActivities:
             )
 
     def _chunk_message(
-        self, job: IngestInput, document: Document, kb: KnowledgeBase, chunk: ChunkDraft, vector: list[float]
+        self,
+        job: IngestInput,
+        document: Document,
+        chunk: ChunkDraft,
+        vectors: Sequence[tuple[str, list[float]]],
     ) -> rpb.Chunk:
         return rpb.Chunk(
             id=chunk.id,
@@ -535,7 +585,8 @@ class IngestionActivities:
             heading_path=list(chunk.heading_path),
             page=chunk.page,
             embeddings=[
-                rpb.ChunkEmbedding(model_id=kb.embedding_model_id, dimension=len(vector), values=vector)
+                rpb.ChunkEmbedding(model_id=model_id, dimension=len(vector), values=vector)
+                for model_id, vector in vectors
             ],
             metadata={**chunk.metadata, **{f"doc.{k}": v for k, v in document.metadata.items()}},
             ingest_run_id=job.run_id,
@@ -699,3 +750,94 @@ class IngestionActivities:
             )
             log.info("document failed", document_id=job.document_id, stage=failed.stage, code=failed.code)
             await self._finished(job, "failed", 0, failure)
+
+    # --- embedding-model migration --------------------------------------------------------------
+
+    @activity.defn(name="migrate_embeddings")
+    async def migrate_embeddings(self, job: MigrateInput) -> None:
+        """Embeds every searchable document with the target model, then switches retrieval to it."""
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id)
+            migration = kb.migration if kb is not None else None
+            if (
+                kb is None
+                or migration is None
+                or migration.state != "running"
+                or migration.to_model_id != job.to_model_id
+            ):
+                return  # deleted, superseded or already finished
+            documents = sorted(
+                await self.store.kb_documents(job.tenant_id, kb.id, ["ready", "graph"]), key=lambda d: d.id
+            )
+            per = self.vectors_per_artifact
+            for number, document in enumerate(documents):
+                ingest = IngestInput(job.tenant_id, job.user_id, document.id, kb.id, document.ingest_run_id)
+                prefix = self._run_prefix(ingest)
+                chunks = await self._chunks(ingest)
+                for part_number in range(0, (len(chunks) + per - 1) // per):
+                    part = chunks[part_number * per : (part_number + 1) * per]
+                    await self._embed_part(prefix, job.to_model_id, migration.to_dimension, part_number, part)
+                    _beat(number)
+                vectors = await self._vectors(prefix, job.to_model_id, len(chunks))
+                messages = [
+                    self._chunk_message(ingest, document, c, [(job.to_model_id, vectors[i])])
+                    for i, c in enumerate(chunks)
+                ]
+                try:
+                    for start in range(0, len(messages), self.index_batch_size):
+                        await self.retrieval.index(messages[start : start + self.index_batch_size])
+                except grpc.aio.AioRpcError as error:
+                    _raise_rpc(error, "indexing the new model's vectors", "indexing_failed")
+                await self.store.update_kb(
+                    job.tenant_id,
+                    kb.id,
+                    migration=replace(migration, documents_done=number + 1, documents_total=len(documents)),
+                )
+            try:
+                await self.retrieval.configure(
+                    kb.id, job.to_model_id, migration.to_dimension, kb.language_hint, kb.graph_enabled
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    # Documents became searchable meanwhile with only the old model: another pass.
+                    raise _retryable(
+                        "migration_incomplete", error.details() or "chunks without vectors"
+                    ) from error
+                _raise_rpc(error, "switching retrieval to the new model", "migration_failed")
+            await self.store.update_kb(
+                job.tenant_id,
+                kb.id,
+                embedding_model_id=job.to_model_id,
+                embedding_dimension=migration.to_dimension,
+                migration=replace(
+                    migration,
+                    state="completed",
+                    documents_done=len(documents),
+                    documents_total=len(documents),
+                    end_time=datetime.now(UTC),
+                ),
+            )
+            try:
+                await self.retrieval.delete_embeddings(kb.id, migration.from_model_id)
+            except grpc.aio.AioRpcError:
+                log.warning("old vectors not deleted", knowledge_base_id=kb.id, model=migration.from_model_id)
+            log.info("embedding migration completed", knowledge_base_id=kb.id, model=job.to_model_id)
+
+    @activity.defn(name="fail_migration")
+    async def fail_migration(self, failed: MigrationFailure) -> None:
+        job = failed.job
+        with bound_identity(Identity(job.tenant_id, job.user_id)):
+            kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id)
+            if kb is None or kb.migration is None or kb.migration.to_model_id != job.to_model_id:
+                return
+            await self.store.update_kb(
+                job.tenant_id,
+                kb.id,
+                migration=replace(
+                    kb.migration, state="failed", failure_reason=failed.reason, end_time=datetime.now(UTC)
+                ),
+            )
+            try:
+                await self.retrieval.delete_embeddings(kb.id, job.to_model_id)
+            except grpc.aio.AioRpcError:
+                log.warning("new vectors not deleted", knowledge_base_id=kb.id, model=job.to_model_id)

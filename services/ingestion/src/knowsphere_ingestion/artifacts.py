@@ -8,7 +8,8 @@ Keys (all under the tenant, so deleting a tenant's prefix deletes everything):
 - ``t/<tenant>/kb/<kb>/doc/<doc>/run/<run>/vectors/<model>/<n>`` vectors of chunk batch n
 
 Artifacts are plain JSON (vectors as base64 float32), written atomically, so a resumed stage either
-finds a whole artifact or none.
+finds a whole artifact or none. They are not flushed to disk one by one: after a power cut a stage may
+find its artifact missing and compute it again, which costs time, never correctness.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 async def put_json(blobs: BlobStore, key: str, value: Any) -> None:
     data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    await blobs.put(key, _once(data), max_bytes=len(data) + 1)
+    await blobs.put(key, _once(data), max_bytes=len(data) + 1, durable=False)  # recomputable
 
 
 async def get_json(blobs: BlobStore, key: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import grpc
 import structlog
@@ -17,7 +18,7 @@ from knowsphere_contracts.services import CONTRACTS
 from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.settings import Settings
-from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
+from knowsphere_ingestion.storage.blobs import BlobStore, S3BlobStore, build_blob_store
 from knowsphere_runtime.lifecycle import StartupError
 from knowsphere_runtime.rpc import open_channel
 
@@ -32,7 +33,21 @@ class Storage:
     def __init__(self, settings: Settings) -> None:
         data = settings.data_dir
         self.store = IngestionStore(settings.database_url or f"sqlite+aiosqlite:///{data}/ingestion.db")
-        self.blobs: BlobStore = build_blob_store(settings.blob_store_url or str(data / "blobs"))
+        self.blobs: BlobStore
+        if settings.blob_store_url or not settings.s3_endpoint:
+            self.blobs = build_blob_store(settings.blob_store_url or str(data / "blobs"))
+        else:
+            endpoint = urlsplit(
+                settings.s3_endpoint if "://" in settings.s3_endpoint else f"http://{settings.s3_endpoint}"
+            )
+            self.blobs = S3BlobStore(
+                endpoint.netloc,
+                settings.s3_access_key,
+                settings.s3_secret_key,
+                settings.s3_bucket,
+                secure=endpoint.scheme == "https",
+                region=settings.s3_region or None,
+            )
 
     async def start(self) -> object:
         try:

@@ -30,8 +30,13 @@ class Settings(ServiceSettings):
     blob_store_url: str = Field(
         default="",
         description="object store: file:///path, or s3://KEY:SECRET@host:port/bucket?secure=false; "
-        "empty = files under data_dir/blobs",
+        "empty = the S3 settings below when s3_endpoint is set, else files under data_dir/blobs",
     )
+    s3_endpoint: str = Field(default="", description="MinIO / S3 endpoint, e.g. http://minio:9000")
+    s3_bucket: str = "knowsphere-documents"
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_region: str = ""
 
     # Upload limits.
     max_file_size_bytes: int = Field(default=100 * MIB, ge=1)

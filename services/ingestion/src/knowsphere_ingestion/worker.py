@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -21,7 +23,7 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.peers import EmbedBatcher
 from knowsphere_ingestion.core import Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
-from knowsphere_ingestion.workflows import IngestDocument
+from knowsphere_ingestion.workflows import IngestDocument, MigrateEmbeddings
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.settings import load_settings
@@ -43,23 +45,33 @@ class WorkerComponent:
         self._activities = activities
         self._worker: Worker | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> object:
         assert self._temporal.client is not None
         self._worker = Worker(
             self._temporal.client,
             task_queue=self._settings.task_queue,
-            workflows=[IngestDocument],
+            workflows=[IngestDocument, MigrateEmbeddings],
             activities=self._activities.all(),
             max_concurrent_activities=self._settings.worker_max_concurrent_activities,
             max_concurrent_workflow_tasks=self._settings.worker_max_concurrent_workflows,
             graceful_shutdown_timeout=timedelta(seconds=self._settings.shutdown_grace_seconds),
         )
         self._task = asyncio.create_task(self._worker.run())
+        self._task.add_done_callback(self._ended)
         log.info("worker polling", task_queue=self._settings.task_queue)
         return None
 
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A worker that stopped polling on its own is useless: stop the process so it is restarted."""
+        if self._stopping or task.cancelled():
+            return
+        log.error("the Temporal worker stopped polling; stopping the process", error=repr(task.exception()))
+        os.kill(os.getpid(), signal.SIGTERM)
+
     async def stop(self, grace: float | None = None) -> None:
+        self._stopping = True
         if self._worker is not None:
             await self._worker.shutdown()
         if self._task is not None:

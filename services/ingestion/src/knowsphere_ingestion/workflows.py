@@ -164,3 +164,61 @@ class IngestDocument:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
         )
         return "ready"
+
+
+MIGRATION_WORKFLOW_NAME = "MigrateEmbeddings"
+
+
+@dataclass(frozen=True)
+class MigrateInput:
+    tenant_id: str
+    user_id: str
+    knowledge_base_id: str
+    to_model_id: str
+    heartbeat_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class MigrationFailure:
+    job: MigrateInput
+    reason: str
+
+
+def migration_workflow_id(knowledge_base_id: str, to_model_id: str) -> str:
+    return f"migrate-{knowledge_base_id}-{to_model_id}"
+
+
+@workflow.defn(name=MIGRATION_WORKFLOW_NAME, sandboxed=False)
+class MigrateEmbeddings:
+    """Re-embeds every document of a knowledge base with a new model, then switches retrieval over.
+
+    Queries keep using the old model until the switch; documents ingested meanwhile are embedded with
+    both. A failure leaves the old model active and the migration marked failed with the reason.
+    """
+
+    @workflow.run
+    async def run(self, job: MigrateInput) -> str:
+        try:
+            await workflow.execute_activity(
+                "migrate_embeddings",
+                job,
+                start_to_close_timeout=timedelta(hours=24),
+                heartbeat_timeout=timedelta(seconds=job.heartbeat_seconds),
+                retry_policy=RetryPolicy(
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=5,
+                    non_retryable_error_types=[PERMANENT],
+                ),
+            )
+        except (ActivityError, ApplicationError) as error:
+            if isinstance(error.cause, CancelledError):
+                raise
+            _, reason, _ = failure_details(error)
+            await workflow.execute_activity(
+                "fail_migration",
+                MigrationFailure(job, reason),
+                start_to_close_timeout=timedelta(minutes=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+            )
+            return "failed"
+        return "completed"

@@ -153,6 +153,12 @@ class Retrieval:
             rpb.DeleteKnowledgeBaseRequest(knowledge_base_id=kb_id), timeout=300.0
         )
 
+    async def delete_embeddings(self, kb_id: str, model_id: str) -> int:
+        response = await self._stub.DeleteEmbeddings(
+            rpb.DeleteEmbeddingsRequest(knowledge_base_id=kb_id, embedding_model_id=model_id), timeout=300.0
+        )
+        return response.deleted_vector_count
+
     async def index_graph(
         self,
         kb_id: str,
@@ -272,3 +278,69 @@ class EmbedBatcher:
             self.calls += 1
             self.texts += len(texts)
             self.busy_seconds += time.perf_counter() - started
+
+
+@dataclass
+class _IndexRequest:
+    chunks: list[rpb.Chunk]
+    future: asyncio.Future[None]
+    identity: Identity | None
+
+
+class IndexBatcher:
+    """Writes chunks of many documents to retrieval together, like :class:`EmbedBatcher` for vectors.
+
+    Each IndexChunks call costs retrieval an index commit, whatever its size; documents finishing
+    at the same time therefore share calls (up to ``batch_size`` chunks, one tenant per call) while an
+    earlier call is still running. A caller's chunks are written when its await returns.
+    """
+
+    def __init__(self, retrieval: Retrieval, *, batch_size: int, max_in_flight: int = 1) -> None:
+        self._retrieval = retrieval
+        self._batch_size = batch_size
+        self._max_in_flight = max_in_flight
+        self._queues: dict[str, list[_IndexRequest]] = {}
+        self._in_flight: dict[str, int] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def index(self, chunks: Sequence[rpb.Chunk]) -> None:
+        if not chunks:
+            return
+        identity = current_identity()
+        key = identity.tenant_id if identity else ""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(key, []).append(_IndexRequest(list(chunks), future, identity))
+        self._pump(key)
+        await future
+
+    def _pump(self, key: str) -> None:
+        queue = self._queues.get(key, [])
+        while queue and self._in_flight.get(key, 0) < self._max_in_flight:
+            batch: list[_IndexRequest] = []
+            size = 0
+            while queue and (not batch or size + len(queue[0].chunks) <= self._batch_size):
+                item = queue.pop(0)
+                batch.append(item)
+                size += len(item.chunks)
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+            task = asyncio.create_task(self._send(key, batch))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, key: str, items: list[_IndexRequest]) -> None:
+        try:
+            chunks = [chunk for item in items for chunk in item.chunks]
+            with bound_identity(items[0].identity):
+                for start in range(0, len(chunks), self._batch_size):
+                    await self._retrieval.index(chunks[start : start + self._batch_size])
+        except Exception as error:
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(error)
+        else:
+            for item in items:
+                if not item.future.done():
+                    item.future.set_result(None)
+        finally:
+            self._in_flight[key] -= 1
+            self._pump(key)

@@ -171,6 +171,7 @@ def _migration_to_json(migration: Migration | None) -> dict[str, Any] | None:
     return {
         "from_model_id": migration.from_model_id,
         "to_model_id": migration.to_model_id,
+        "to_dimension": migration.to_dimension,
         "state": migration.state,
         "documents_done": migration.documents_done,
         "documents_total": migration.documents_total,
@@ -186,6 +187,7 @@ def _migration_from_json(data: dict[str, Any] | None) -> Migration | None:
     return Migration(
         from_model_id=data["from_model_id"],
         to_model_id=data["to_model_id"],
+        to_dimension=int(data.get("to_dimension", 0)),
         state=data["state"],
         documents_done=int(data.get("documents_done", 0)),
         documents_total=int(data.get("documents_total", 0)),

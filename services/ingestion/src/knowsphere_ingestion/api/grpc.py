@@ -28,7 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_ingestion import artifacts
-from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
+from knowsphere_ingestion.adapters.peers import EmbeddingModel, ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import (
     DuplicateContent,
     DuplicateName,
@@ -44,13 +44,21 @@ from knowsphere_ingestion.domain.records import (
     Document,
     Failure,
     KnowledgeBase,
+    Migration,
     Progress,
 )
 from knowsphere_ingestion.formats import BY_EXTENSION, FILE_TYPES, check_content, extension_of
 from knowsphere_ingestion.parsing.ocr import ocr_available
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore, BlobTooLarge
-from knowsphere_ingestion.workflows import WORKFLOW_NAME, IngestInput, workflow_id
+from knowsphere_ingestion.workflows import (
+    MIGRATION_WORKFLOW_NAME,
+    WORKFLOW_NAME,
+    IngestInput,
+    MigrateInput,
+    migration_workflow_id,
+    workflow_id,
+)
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
 
@@ -403,11 +411,17 @@ class IngestionServicer:
                 values["graph_enabled"] = request.graph_enabled
             if request.HasField("language_hint"):
                 values["language_hint"] = self._language(request.language_hint)
-            if request.HasField("embedding_model_id") and request.embedding_model_id != kb.embedding_model_id:
-                raise RequestError(
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    "embedding_model_id: changing the embedding model of a knowledge base (re-embedding "
-                    "into a new collection) is not implemented yet; create a new knowledge base instead",
+            migrate_to = None
+            if request.HasField("embedding_model_id"):
+                migrate_to = await self._migration_target(kb, request.embedding_model_id)
+            if migrate_to is not None:
+                values["migration"] = Migration(
+                    from_model_id=kb.embedding_model_id,
+                    to_model_id=migrate_to.model_id,
+                    to_dimension=migrate_to.dimension,
+                    state="running",
+                    documents_total=kb.document_count,
+                    start_time=datetime.now(UTC),
                 )
             if not values:
                 return pb.UpdateKnowledgeBaseResponse(knowledge_base=kb_pb(kb))
@@ -420,6 +434,8 @@ class IngestionServicer:
                 ) from error
             if updated is None:
                 raise not_found("knowledge base", kb.id)
+            if migrate_to is not None:
+                await self._start_migration(updated, migrate_to.model_id)
             if "graph_enabled" in values or "language_hint" in values:
                 await self._retrieval.configure(
                     updated.id,
@@ -431,6 +447,44 @@ class IngestionServicer:
             return pb.UpdateKnowledgeBaseResponse(knowledge_base=kb_pb(updated))
 
         return await self._run(context, work)
+
+    async def _migration_target(self, kb: KnowledgeBase, model_id: str) -> EmbeddingModel | None:
+        """The model to migrate to, or None when the request changes nothing (a harmless retry)."""
+        running = kb.migration is not None and kb.migration.state == "running"
+        if model_id in (
+            kb.embedding_model_id,
+            kb.migration.to_model_id if running and kb.migration else None,
+        ):
+            return None
+        if running and kb.migration is not None:
+            raise RequestError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"embedding_model_id: a migration to {kb.migration.to_model_id} is running "
+                f"({kb.migration.documents_done}/{kb.migration.documents_total} documents); "
+                "wait for it to end",
+            )
+        try:
+            return await self._modelhub.resolve_embedding_model(model_id)
+        except ValueError as error:
+            raise invalid("embedding_model_id", str(error)) from error
+
+    async def _start_migration(self, kb: KnowledgeBase, to_model_id: str) -> None:
+        identity = require_identity()
+        job = MigrateInput(
+            tenant_id=kb.tenant_id,
+            user_id=identity.user_id,
+            knowledge_base_id=kb.id,
+            to_model_id=to_model_id,
+            heartbeat_seconds=self._settings.activity_heartbeat_seconds,
+        )
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self._temporal().start_workflow(
+                MIGRATION_WORKFLOW_NAME,
+                job,
+                id=migration_workflow_id(kb.id, to_model_id),
+                task_queue=self._settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            )
 
     async def DeleteKnowledgeBase(self, request: pb.DeleteKnowledgeBaseRequest, context: Any) -> Any:
         async def work() -> pb.DeleteKnowledgeBaseResponse:
@@ -814,5 +868,5 @@ def build_binding(servicer: IngestionServicer) -> ServiceBinding:
     return bind_service(
         CONTRACTS["ingestion"].descriptor,
         servicer,
-        pending="embedding-model migration of knowledge bases",
+        pending="",
     )

@@ -96,6 +96,7 @@ class Migration:
     from_model_id: str
     to_model_id: str
     state: Literal["running", "completed", "failed"]
+    to_dimension: int = 0
     documents_done: int = 0
     documents_total: int = 0
     failure_reason: str = ""

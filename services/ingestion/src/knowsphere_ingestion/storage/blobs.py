@@ -166,7 +166,12 @@ class BlobStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int) -> StoredBlob: ...
+    async def put(
+        self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int, durable: bool = True
+    ) -> StoredBlob:
+        """Stores the stream under ``key``. ``durable=False`` skips flushing to disk (fsync) where the
+        backend does that: for data that can be recomputed, a crash may lose it but never tears it."""
+        ...
 
     async def read(self, key: str) -> bytes: ...
 
@@ -241,11 +246,12 @@ class _LockedWriter:
         with self._lock:
             self.file.write(data)
 
-    def finish(self) -> None:
-        """Flush and fsync (on a real file) before the file is published."""
+    def finish(self, durable: bool = True) -> None:
+        """Flush and (when durable) fsync before the file is published."""
         with self._lock:
             self.file.flush()
-            os.fsync(self.file.fileno())
+            if durable:
+                os.fsync(self.file.fileno())
 
     def close(self) -> None:
         with self._lock:
@@ -298,13 +304,15 @@ class FilesystemBlobStore:
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*validate_key(key).split("/"))
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int) -> StoredBlob:
+    async def put(
+        self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int, durable: bool = True
+    ) -> StoredBlob:
         final = self._path(key)
         _check_max_bytes(max_bytes)
         writer, temp = await asyncio.to_thread(self._create_temp, key, final)
         try:
             size, sha256 = await _drain(key, chunks, writer.write, max_bytes)
-            await asyncio.to_thread(self._publish, key, writer, temp, final)
+            await asyncio.to_thread(self._publish, key, writer, temp, final, durable)
         except BaseException:
             # A thread keeps running when its awaiting task is cancelled, so this cleanup completes.
             await asyncio.to_thread(self._discard, writer, temp)
@@ -330,14 +338,17 @@ class FilesystemBlobStore:
             return _LockedWriter(os.fdopen(fd, "wb")), Path(name)
         raise AssertionError("unreachable")
 
-    def _publish(self, key: str, writer: _LockedWriter, temp: Path, final: Path) -> None:
-        writer.finish()
+    def _publish(
+        self, key: str, writer: _LockedWriter, temp: Path, final: Path, durable: bool = True
+    ) -> None:
+        writer.finish(durable)
         writer.close()
         try:
             os.replace(temp, final)
         except IsADirectoryError as exc:
             raise BlobStoreError(f"blob key {key!r} is a folder of other blobs") from exc
-        self._fsync_folders(final.parent)
+        if durable:
+            self._fsync_folders(final.parent)
 
     def _discard(self, writer: _LockedWriter, temp: Path) -> None:
         writer.close()
@@ -505,8 +516,10 @@ class S3BlobStore:
         where = f"{key!r} in bucket {self.bucket!r}" if key is not None else f"bucket {self.bucket!r}"
         return f"S3 {action} of {where} failed: {exc}"
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int) -> StoredBlob:
-        validate_key(key)
+    async def put(
+        self, key: str, chunks: AsyncIterable[bytes], *, max_bytes: int, durable: bool = True
+    ) -> StoredBlob:
+        validate_key(key)  # the server decides durability; ``durable`` changes nothing here
         _check_max_bytes(max_bytes)
         spool = _LockedWriter(
             tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES, dir=self._spool_dir_name)  # noqa: SIM115
