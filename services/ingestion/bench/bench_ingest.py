@@ -304,6 +304,12 @@ def main() -> None:
     parser.add_argument("source", type=Path, help="a folder of files or a BEIR dataset folder")
     parser.add_argument("--limit", type=int, default=None, help="only the first N documents")
     parser.add_argument("--concurrency", type=int, default=16, help="uploads in flight")
+    parser.add_argument(
+        "--embed-threads",
+        type=int,
+        default=None,
+        help="threads of the local embedding model (modelhub's default: the stack's choice)",
+    )
     args = parser.parse_args()
     if not args.source.is_dir():
         parser.error(f"{args.source} is not a folder")
@@ -315,11 +321,19 @@ def main() -> None:
         config = StackConfig.with_free_ports(
             data_dir=Path(data_dir),
             temporal_headless=True,
-            extra_env={"OTEL_TRACES_EXPORTER": "none"},
+            extra_env={
+                "OTEL_TRACES_EXPORTER": "none",
+                **(
+                    {"KS_MODELHUB_LOCAL_EMBEDDING_THREADS": str(args.embed_threads)}
+                    if args.embed_threads is not None
+                    else {}
+                ),
+            },
         )
         with Stack(config) as stack:
             figures = asyncio.run(bench(stack, docs, args.concurrency))
     figures["source"] = str(args.source)
+    figures["embed_threads"] = args.embed_threads
     figures["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
     print(
         f"{figures['documents']} documents ({figures['failed']} failed), {figures['chunks']} chunks, "

@@ -179,7 +179,7 @@ class _Stage:
             self.document = updated
         await self.owner.emit_progress(self.job, STAGE_STATUS[self.stage], progress.percent, done, total, eta)
 
-    async def finish(self, next_stage: str | None = None, **values: Any) -> None:
+    async def finish(self, next_stage: str | None = None, **values: Any) -> bool:
         """Stores the stage's results and time; with ``next_stage``, that stage's status too (one write)."""
         seconds = time.perf_counter() - self.started
         if next_stage is not None:
@@ -187,12 +187,14 @@ class _Stage:
         updated = await self.owner.store.finish_stage(
             self.job.tenant_id, self.job.document_id, self.job.run_id, self.stage, seconds, **values
         )
-        if updated is not None:
-            self.document = updated
-            if next_stage is not None:
-                await self.owner.emit_progress(
-                    self.job, STAGE_STATUS[next_stage], updated.progress.percent, 0, 0, None
-                )
+        if updated is None:
+            return False  # deleted or superseded meanwhile
+        self.document = updated
+        if next_stage is not None:
+            await self.owner.emit_progress(
+                self.job, STAGE_STATUS[next_stage], updated.progress.percent, 0, 0, None
+            )
+        return True
 
 
 class IngestionActivities:
@@ -272,7 +274,7 @@ class IngestionActivities:
         return current
 
     async def _kb(self, job: IngestInput) -> KnowledgeBase:
-        kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id)
+        kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id, with_counts=False)
         if kb is None:
             raise permanent(
                 "knowledge_base_deleted", f"knowledge base {job.knowledge_base_id} no longer exists"
@@ -497,7 +499,10 @@ class IngestionActivities:
                     elapsed = time.perf_counter() - stage.started
                     eta = (len(chunks) - done) * elapsed / embedded_now if embedded_now else None
                     progress = replace(progress, chunks_embedded=done)
-                    await stage.progress(done, len(chunks), progress, force=number == len(parts) - 1, eta=eta)
+                    if len(parts) > 1:  # a one-part document goes straight on to its finish
+                        await stage.progress(
+                            done, len(chunks), progress, force=number == len(parts) - 1, eta=eta
+                        )
                 span.set_attribute("ks.chunks.resumed", len(chunks) - embedded_now)
             await stage.finish(
                 "index", progress=replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None)
@@ -529,12 +534,14 @@ class IngestionActivities:
             progress = replace(document.progress, chunks_total=len(chunks), chunks_embedded=len(chunks))
             try:
                 for start in range(0, len(messages), self.index_batch_size):
-                    await self._still_current(job)
+                    if start:  # the first batch was checked as the stage began
+                        await self._still_current(job)
                     await self.indexer.index(messages[start : start + self.index_batch_size])
                     done = min(len(messages), start + self.index_batch_size)
                     _beat(done)
                     progress = replace(progress, chunks_indexed=done)
-                    await stage.progress(done, len(messages), progress)
+                    if done < len(messages):
+                        await stage.progress(done, len(messages), progress)
                 if document.ready_time is not None:  # indexed by an earlier run: drop its chunks
                     await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
                 status = "graph" if kb.graph_enabled else "ready"
@@ -542,14 +549,14 @@ class IngestionActivities:
             except grpc.aio.AioRpcError as error:
                 _raise_rpc(error, "indexing into retrieval", "indexing_failed")
             now = datetime.now(UTC)
-            await stage.finish(
+            recorded = await stage.finish(
                 status=status,
                 chunk_count=len(chunks),
                 ready_time=now,
                 failure=None,
                 progress=replace(progress, percent=100.0 if status == "ready" else STAGE_SPAN["graph"][0]),
             )
-            if await self.store.get_document(job.tenant_id, job.document_id) is None:
+            if not recorded:
                 # Deleted while the last batch was being written: take back what this run indexed.
                 await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
                 raise permanent("superseded", "the document was deleted while it was being indexed")

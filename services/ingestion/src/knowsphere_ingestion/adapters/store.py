@@ -305,7 +305,8 @@ class IngestionStore(SqlDatabase):
         )
         return {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in rows}
 
-    async def get_kb(self, tenant: str, kb_id: str) -> KnowledgeBase | None:
+    async def get_kb(self, tenant: str, kb_id: str, *, with_counts: bool = True) -> KnowledgeBase | None:
+        """One knowledge base; ``with_counts=False`` skips counting its documents (zeros instead)."""
         async with self.engine.connect() as conn:
             row = (
                 await conn.execute(
@@ -316,7 +317,7 @@ class IngestionStore(SqlDatabase):
             ).first()
             if row is None:
                 return None
-            counts = await self._counts(conn, tenant, [kb_id])
+            counts = await self._counts(conn, tenant, [kb_id]) if with_counts else {}
         return _kb_from_row(row, counts.get(kb_id, (0, 0, 0)))
 
     async def list_kbs(self, tenant: str, limit: int, after_name: str | None) -> list[KnowledgeBase]:
