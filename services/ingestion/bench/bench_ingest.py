@@ -310,7 +310,15 @@ def main() -> None:
         default=None,
         help="threads of the local embedding model (modelhub's default: the stack's choice)",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the stack's services, e.g. KS_INGESTION_EMBED_BATCH_SIZE=64",
+    )
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.env)
     if not args.source.is_dir():
         parser.error(f"{args.source} is not a folder")
     docs = list(documents(args.source, args.limit))
@@ -328,12 +336,14 @@ def main() -> None:
                     if args.embed_threads is not None
                     else {}
                 ),
+                **extra,
             },
         )
         with Stack(config) as stack:
             figures = asyncio.run(bench(stack, docs, args.concurrency))
     figures["source"] = str(args.source)
     figures["embed_threads"] = args.embed_threads
+    figures["env"] = extra
     figures["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
     print(
         f"{figures['documents']} documents ({figures['failed']} failed), {figures['chunks']} chunks, "

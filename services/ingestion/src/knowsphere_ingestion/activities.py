@@ -395,6 +395,8 @@ class IngestionActivities:
         if not paragraphs:
             raise permanent("empty_document", "the transcript of the audio is empty")
         blocks = [Block(kind="paragraph", text=p) for p in paragraphs]
+        # Providers answering OpenAI's plain "json" format name no language: guess it, as for files.
+        language = language or guess_language(text[:20000])
         return ParsedDocument(blocks=blocks, title=PurePath(document.file_name).stem, language=language)
 
     # --- chunk ----------------------------------------------------------------------------------
@@ -647,6 +649,7 @@ class IngestionActivities:
                 GRAPH_BATCH_TOKENS,
             )
             results: list[gx.GraphExtraction] = []
+            unreadable: list[str] = []
             done = 0
             progress = document.progress
             for number, batch in enumerate(batches):
@@ -659,10 +662,17 @@ class IngestionActivities:
                     results.append(gx.parse_extraction(raw, batch))
                 except gx.ExtractionOutputError as error:
                     log.warning("graph extraction output unreadable", batch=number, reason=str(error))
+                    unreadable.append(str(error))
                 done += len(batch)
                 _beat(number)
                 progress = replace(progress, chunks_graphed=done)
                 await stage.progress(done, len(chunks), progress)
+            if batches and len(unreadable) == len(batches):
+                # Not one reply could be read: an empty graph would hide that the stage did nothing.
+                raise permanent(
+                    "graph_failed",
+                    f"none of the LLM's {len(batches)} replies held entities and relations: {unreadable[-1]}",
+                )
             merged = gx.merge_extractions(results)
             entities = [
                 rpb.EntityInput(
