@@ -43,7 +43,6 @@ from knowsphere_stack import Stack, StackConfig
 TENANT = Identity("bench", "bench")
 UPLOAD_PIECE = 1024 * 1024
 BASELINE_BATCH = 32
-TERMINAL = {pb.DOCUMENT_STATUS_READY, pb.DOCUMENT_STATUS_FAILED}
 
 
 def documents(source: Path, limit: int | None) -> Iterator[tuple[str, bytes]]:
@@ -111,30 +110,27 @@ async def ingest(stack: Stack, docs: list[tuple[str, bytes]], concurrency: int) 
             started = time.perf_counter()
             await asyncio.gather(*(one(name, data) for name, data in docs))
             uploaded = time.perf_counter() - started
-            pending = set(ids)
+            # Done when no document of the knowledge base is still on its way (one cheap query a second).
+            working = [
+                pb.DOCUMENT_STATUS_QUEUED,
+                pb.DOCUMENT_STATUS_PARSING,
+                pb.DOCUMENT_STATUS_CHUNKING,
+                pb.DOCUMENT_STATUS_EMBEDDING,
+                pb.DOCUMENT_STATUS_INDEXING,
+                pb.DOCUMENT_STATUS_GRAPH,
+            ]
             last_report = 0.0
-            while pending:
-                await asyncio.sleep(1.0)
-                token = ""
-                finished = set()
-                while True:
-                    page = await stub.ListDocuments(
-                        pb.ListDocumentsRequest(
-                            knowledge_base_id=kb.id,
-                            statuses=[pb.DOCUMENT_STATUS_READY, pb.DOCUMENT_STATUS_FAILED],
-                            page_size=200,
-                            page_token=token,
-                        )
-                    )
-                    finished.update(d.id for d in page.documents)
-                    token = page.next_page_token
-                    if not token:
-                        break
-                pending -= finished
+            while True:
+                page = await stub.ListDocuments(
+                    pb.ListDocumentsRequest(knowledge_base_id=kb.id, statuses=working, page_size=1)
+                )
+                if not page.documents:
+                    break
                 now = time.perf_counter() - started
                 if now - last_report > 15:
                     last_report = now
-                    print(f"  {len(ids) - len(pending)}/{len(ids)} done after {now:.0f} s", file=sys.stderr)
+                    print(f"  still working after {now:.0f} s", file=sys.stderr)
+                await asyncio.sleep(1.0)
             elapsed = time.perf_counter() - started
             final: list[pb.Document] = []
             token = ""

@@ -197,6 +197,18 @@ def _migration_from_json(data: dict[str, Any] | None) -> Migration | None:
     )
 
 
+def _document_columns(values: dict[str, Any]) -> dict[str, Any]:
+    """Document fields as column values: failures, warnings and progress become JSON."""
+    out = dict(values)
+    if "failure" in out:
+        out["failure"] = _failure_to_json(out["failure"])
+    if "warnings" in out:
+        out["warnings"] = [_failure_to_json(w) for w in out["warnings"]]
+    if "progress" in out:
+        out["progress"] = _progress_to_json(out["progress"])
+    return out
+
+
 def _kb_from_row(row: Any, counts: tuple[int, int, int] = (0, 0, 0)) -> KnowledgeBase:
     return KnowledgeBase(
         id=row.id,
@@ -481,12 +493,7 @@ class IngestionStore(SqlDatabase):
         self, tenant: str, document_id: str, *, run_id: str | None = None, **values: Any
     ) -> Document | None:
         """Changes a document; with ``run_id``, only while that run is the document's current one."""
-        if "failure" in values:
-            values["failure"] = _failure_to_json(values["failure"])
-        if "warnings" in values:
-            values["warnings"] = [_failure_to_json(w) for w in values["warnings"]]
-        if "progress" in values:
-            values["progress"] = _progress_to_json(values["progress"])
+        values = _document_columns(values)
         values["update_time"] = _now()
         condition = [
             documents.c.tenant_id == tenant,
@@ -505,12 +512,7 @@ class IngestionStore(SqlDatabase):
         self, tenant: str, document_id: str, run_id: str, stage: str, seconds: float, **values: Any
     ) -> Document | None:
         """Stores a stage's results and adds the time it took, in one transaction, for the current run."""
-        if "failure" in values:
-            values["failure"] = _failure_to_json(values["failure"])
-        if "warnings" in values:
-            values["warnings"] = [_failure_to_json(w) for w in values["warnings"]]
-        if "progress" in values:
-            values["progress"] = _progress_to_json(values["progress"])
+        values = _document_columns(values)
         condition = (
             documents.c.tenant_id == tenant,
             documents.c.id == document_id,

@@ -61,6 +61,7 @@ from knowsphere_ingestion.workflows import (
 )
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
+from knowsphere_runtime.rpc.errors import RequestError, answer, invalid, not_found
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer("knowsphere.ingestion")
@@ -92,21 +93,6 @@ MIGRATION_TO_PB = {
     "completed": pb.MIGRATION_STATE_COMPLETED,
     "failed": pb.MIGRATION_STATE_FAILED,
 }
-
-
-class RequestError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def invalid(field: str, reason: str) -> RequestError:
-    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {reason}")
-
-
-def not_found(what: str, ident: str) -> RequestError:
-    return RequestError(grpc.StatusCode.NOT_FOUND, f"{what} {ident} not found")
 
 
 def _ts(value: datetime | None) -> Timestamp | None:
@@ -250,11 +236,7 @@ class IngestionServicer:
 
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await work()
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        except ValueError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            return await answer(context, work)
         except grpc.aio.AioRpcError as error:  # a peer refused: pass its code and words on
             await context.abort(error.code(), error.details() or error.code().name)
         raise AssertionError("unreachable")

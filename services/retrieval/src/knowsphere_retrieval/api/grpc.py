@@ -43,6 +43,7 @@ from knowsphere_retrieval.domain.search import (
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
+from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -53,17 +54,6 @@ MODES = {
     pb.SEARCH_MODE_VECTOR: "vector",
     pb.SEARCH_MODE_BM25: "bm25",
 }
-
-
-class RequestError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def invalid(field: str, reason: str) -> RequestError:
-    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {reason}")
 
 
 def _duration(seconds: float) -> Duration:
@@ -114,13 +104,7 @@ class RetrievalServicer:
         )
 
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await work()
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        except ValueError as error:  # adapters reject malformed data with ValueError naming the field
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        raise AssertionError("unreachable")
+        return await answer(context, work)
 
     async def _configs(self, tenant: str, kb_ids: Sequence[str], field: str) -> list[KnowledgeBaseConfig]:
         if not kb_ids:
