@@ -201,6 +201,19 @@ def test_graph_extraction_stores_the_entities_the_llm_finds(stack: Any, provider
         )
         assert "Acme Corp" in [e.name for e in lookup.entities]
 
+        # Deleting the document takes its graph facts with it.
+        await api.ingestion.DeleteDocument(pb.DeleteDocumentRequest(document_id=document.id))
+        after = await api.retrieval.QueryKnowledgeGraph(
+            rpb.QueryKnowledgeGraphRequest(
+                knowledge_base_ids=[kb.id],
+                template=rpb.GRAPH_QUERY_TEMPLATE_NEIGHBOURHOOD,
+                parameters=rpb.GraphQueryParameters(entity_name="Acme Corp", hops=1),
+            )
+        )
+        assert not after.relations and "Acme Corp" not in [e.name for e in after.entities]
+        stats = await api.stats(kb.id)
+        assert (stats.entity_count, stats.relation_count) == (0, 0)
+
     run(stack, tenant, work)
 
     # The model was asked once, with the extraction prompt and the document's text under label C1.
