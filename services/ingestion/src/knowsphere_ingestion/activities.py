@@ -415,8 +415,9 @@ class IngestionActivities:
                 raise _retryable("artifact_missing", "the parsed document of this run is missing") from error
             config = kb.chunking.to_config()
             loop = asyncio.get_running_loop()
+            # Not on the parser threads: chunking takes milliseconds and must not queue behind OCR.
             chunks = await _heartbeating(
-                loop.run_in_executor(self.parse_executor, chunk_document, job.document_id, parsed, config)
+                loop.run_in_executor(None, chunk_document, job.document_id, parsed, config)
             )
             if not chunks:
                 raise permanent("empty_document", f"{stage.document.file_name} contains no text to index")
