@@ -651,6 +651,12 @@ class IngestionServicer:
                 span.set_attribute("ks.document.id", document.id)
                 try:
                     await self._start(document)
+                except RequestError as error:
+                    await self._store.purge_document(tenant, document.id)
+                    await self._blobs.delete(key)
+                    raise RequestError(
+                        error.code, f"{error.message}; nothing was stored, retry later"
+                    ) from error
                 except BaseException:
                     await self._store.purge_document(tenant, document.id)
                     await self._blobs.delete(key)
@@ -674,8 +680,9 @@ class IngestionServicer:
         )
 
     async def _start(self, document: Document) -> None:
+        """Starts the document's workflow; UNAVAILABLE (a RequestError) when Temporal cannot be reached."""
         job = self._job(document)
-        with contextlib.suppress(WorkflowAlreadyStartedError):  # a retried start: the run is there
+        try:
             await self._temporal().start_workflow(
                 WORKFLOW_NAME,
                 job,
@@ -683,6 +690,12 @@ class IngestionServicer:
                 task_queue=self._settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
+        except WorkflowAlreadyStartedError:
+            pass  # a retried start: the run is there
+        except Exception as error:  # the SDK raises RPCError / RuntimeError when the server is away
+            raise RequestError(
+                grpc.StatusCode.UNAVAILABLE, f"the workflow service (Temporal) cannot be reached: {error}"
+            ) from error
 
     def _handle(self, document: Document) -> WorkflowHandle[Any, Any]:
         return self._temporal().get_workflow_handle(workflow_id(document.id, document.ingest_run_id))
@@ -784,7 +797,11 @@ class IngestionServicer:
                 raise RequestError(
                     grpc.StatusCode.ABORTED, f"document {document.id} changed meanwhile; retry"
                 )
-            await self._start(updated)
+            try:
+                await self._start(updated)
+            except RequestError:
+                # Recorded as queued: the reconciler starts it once Temporal answers again.
+                log.warning("re-ingest queued while Temporal is unreachable", document_id=document.id)
             return pb.ReingestDocumentResponse(document=document_pb(updated))
 
         return await self._run(context, work)
