@@ -20,13 +20,12 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 import structlog
-from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_contracts.convert import timestamp
 from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
 from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.peers import EmbedBatcher, IndexBatcher, ModelHub, Retrieval
@@ -115,14 +114,6 @@ def _raise_rpc(error: grpc.aio.AioRpcError, what: str, code: str) -> NoReturn:
     if error.code() in _PERMANENT_CODES:
         raise permanent(code, reason) from error
     raise _retryable(code, reason) from error
-
-
-def _timestamp(value: datetime | None) -> Timestamp | None:
-    if value is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
 
 
 def _beat(*details: Any) -> None:
@@ -368,7 +359,7 @@ class IngestionActivities:
         self, document: Document, data: bytes, parsed: ParsedDocument
     ) -> ParsedDocument:
         try:
-            if not await self.modelhub.has_default(mpb.MODEL_TYPE_VLM):
+            if not await self.modelhub.has_vlm():
                 return parsed
             description = await self.modelhub.describe_image(
                 data, document.content_type or "image/png", parsed.language or "en"
@@ -382,7 +373,7 @@ class IngestionActivities:
 
     async def _transcribe(self, document: Document, data: bytes) -> ParsedDocument:
         try:
-            if not await self.modelhub.has_default(mpb.MODEL_TYPE_ASR):
+            if not await self.modelhub.has_asr():
                 raise permanent(
                     "no_model_configured", "audio needs a speech-to-text (ASR) model; none is set"
                 )
@@ -614,7 +605,7 @@ class IngestionActivities:
             page_count=document.page_count,
             language=document.language,
             status=STATUS_PB[status],  # type: ignore[arg-type]
-            create_time=_timestamp(document.create_time),
+            create_time=timestamp(document.create_time),
             metadata=document.metadata,
         )
 

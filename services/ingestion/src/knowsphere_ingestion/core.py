@@ -19,6 +19,7 @@ from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore, S3BlobStore, build_blob_store
+from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.lifecycle import StartupError
 from knowsphere_runtime.rpc import open_channel
 
@@ -121,8 +122,6 @@ class Reconciler:
             await asyncio.sleep(self._interval)
 
     async def run_once(self) -> None:
-        from knowsphere_runtime.identity import Identity, bound_identity
-
         for document in await self._store.deleting_documents():
             with bound_identity(Identity(document.tenant_id, "system")):
                 await self._servicer._purge(document)  # type: ignore[attr-defined]

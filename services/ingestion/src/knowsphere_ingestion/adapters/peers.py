@@ -7,9 +7,9 @@ nothing else. Identity and trace context travel through the channel's intercepto
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import grpc
 
@@ -103,6 +103,9 @@ class ModelHub:
         return "".join(parts)
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 _ROLES = {
     "system": mpb.CHAT_ROLE_SYSTEM,
     "user": mpb.CHAT_ROLE_USER,
@@ -179,168 +182,132 @@ class Retrieval:
 
 
 @dataclass
-class _Pending:
-    texts: list[str]
-    future: asyncio.Future[list[list[float]]]
+class _Pending(Generic[T, R]):
+    items: list[T]
+    future: asyncio.Future[list[R]]
     identity: Identity | None
 
 
 @dataclass
-class _Queue:
-    items: list[_Pending] = field(default_factory=list)
+class _Queue(Generic[T, R]):
+    pending: list[_Pending[T, R]] = field(default_factory=list)
     in_flight: int = 0
 
 
-class EmbedBatcher:
-    """Embeds texts of many documents together: batches fill up while the model is busy.
+class Coalescer(Generic[T, R]):
+    """Merges concurrent requests of many documents into few calls: batches fill while a call runs.
 
-    Documents of one worker run concurrently and each asks for its chunks' vectors. Per model and
-    tenant at most ``max_in_flight`` Embed calls run at a time; requests arriving meanwhile wait and
-    leave together, up to ``batch_size`` texts per call, as soon as a call returns. An idle model
-    therefore answers a lone document at once, and a busy one gets full batches: the embedding model
-    works at the efficiency of a bulk job however the documents trickle in. ``max_wait`` adds a short
-    pause before a call that would leave a batch less than half full, to let stragglers join.
+    Requests share a queue per (tenant, ``key``). At most ``max_in_flight`` calls per queue run at a
+    time; requests arriving meanwhile leave together, up to ``batch_size`` items per call, as soon as
+    one returns. A lone request on an idle queue therefore goes at once, and a busy backend gets full
+    batches however the documents trickle in. ``max_wait`` adds a short pause before a call that would
+    leave less than half full, to let stragglers join. ``call(key, items)`` returns one result per item.
     """
+
+    def __init__(
+        self,
+        call: Callable[[str, list[T]], Awaitable[list[R]]],
+        *,
+        batch_size: int,
+        max_wait: float = 0.0,
+        max_in_flight: int = 1,
+    ) -> None:
+        self._call = call
+        self._batch_size = batch_size
+        self._max_wait = max_wait
+        self._max_in_flight = max_in_flight
+        self._queues: dict[tuple[str, str], _Queue[T, R]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def submit(self, key: str, items: Sequence[T]) -> list[R]:
+        if not items:
+            return []
+        identity = current_identity()
+        queue_key = (identity.tenant_id if identity else "", key)
+        queue = self._queues.setdefault(queue_key, _Queue())
+        future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+        queue.pending.append(_Pending(list(items), future, identity))
+        self._pump(queue_key, queue)
+        return await future
+
+    def _take(self, queue: _Queue[T, R], batch: list[_Pending[T, R]]) -> int:
+        """Moves waiting requests into ``batch`` while they fit in one call; returns its size."""
+        size = sum(len(p.items) for p in batch)
+        while queue.pending and (not batch or size + len(queue.pending[0].items) <= self._batch_size):
+            request = queue.pending.pop(0)
+            batch.append(request)
+            size += len(request.items)
+        return size
+
+    def _pump(self, queue_key: tuple[str, str], queue: _Queue[T, R]) -> None:
+        while queue.pending and queue.in_flight < self._max_in_flight:
+            batch: list[_Pending[T, R]] = []
+            size = self._take(queue, batch)
+            queue.in_flight += 1
+            task = asyncio.create_task(self._send(queue_key, queue, batch, wait=size * 2 < self._batch_size))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(
+        self, queue_key: tuple[str, str], queue: _Queue[T, R], batch: list[_Pending[T, R]], *, wait: bool
+    ) -> None:
+        try:
+            if wait and self._max_wait > 0:
+                await asyncio.sleep(self._max_wait)
+                self._take(queue, batch)  # stragglers that arrived during the pause ride along
+            items = [item for request in batch for item in request.items]
+            try:
+                with bound_identity(batch[0].identity):
+                    results: list[R] = []
+                    for start in range(0, len(items), self._batch_size):
+                        results.extend(
+                            await self._call(queue_key[1], items[start : start + self._batch_size])
+                        )
+            except Exception as error:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                return
+            offset = 0
+            for request in batch:
+                part = results[offset : offset + len(request.items)]
+                offset += len(request.items)
+                if not request.future.done():
+                    request.future.set_result(part)
+        finally:
+            queue.in_flight -= 1
+            self._pump(queue_key, queue)
+
+
+class EmbedBatcher:
+    """Embeds texts of many documents together (per model and tenant) through one :class:`Coalescer`."""
 
     def __init__(
         self, modelhub: ModelHub, *, batch_size: int, max_wait: float, max_in_flight: int = 1
     ) -> None:
-        self._modelhub = modelhub
-        self._batch_size = batch_size
-        self._max_wait = max_wait
-        self._max_in_flight = max_in_flight
-        self._queues: dict[tuple[str, str], _Queue] = {}
-        self._sending: set[asyncio.Task[None]] = set()
-        self.calls = 0
-        self.texts = 0
-        self.busy_seconds = 0.0
+        self._calls: Coalescer[str, list[float]] = Coalescer(
+            modelhub.embed, batch_size=batch_size, max_wait=max_wait, max_in_flight=max_in_flight
+        )
 
     async def embed(self, model_id: str, texts: Sequence[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        identity = current_identity()
-        key = (identity.tenant_id if identity else "", model_id)
-        queue = self._queues.setdefault(key, _Queue())
-        future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
-        queue.items.append(_Pending(list(texts), future, identity))
-        self._pump(key, queue)
-        return await future
-
-    def _pump(self, key: tuple[str, str], queue: _Queue) -> None:
-        while queue.items and queue.in_flight < self._max_in_flight:
-            batch: list[_Pending] = []
-            size = 0
-            while queue.items and (not batch or size + len(queue.items[0].texts) <= self._batch_size):
-                item = queue.items.pop(0)
-                batch.append(item)
-                size += len(item.texts)
-            queue.in_flight += 1
-            task = asyncio.create_task(self._send(key, queue, batch, wait=size * 2 < self._batch_size))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-
-    async def _send(self, key: tuple[str, str], queue: _Queue, items: list[_Pending], *, wait: bool) -> None:
-        try:
-            if wait and self._max_wait > 0:
-                await asyncio.sleep(self._max_wait)
-                # Stragglers that arrived during the pause ride along, up to a full batch.
-                size = sum(len(item.texts) for item in items)
-                while queue.items and size + len(queue.items[0].texts) <= self._batch_size:
-                    item = queue.items.pop(0)
-                    items.append(item)
-                    size += len(item.texts)
-            texts = [text for item in items for text in item.texts]
-            try:
-                with bound_identity(items[0].identity):
-                    vectors: list[list[float]] = []
-                    for start in range(0, len(texts), self._batch_size):
-                        vectors.extend(await self._call(key[1], texts[start : start + self._batch_size]))
-            except Exception as error:
-                for item in items:
-                    if not item.future.done():
-                        item.future.set_exception(error)
-                return
-            offset = 0
-            for item in items:
-                part = vectors[offset : offset + len(item.texts)]
-                offset += len(item.texts)
-                if not item.future.done():
-                    item.future.set_result(part)
-        finally:
-            queue.in_flight -= 1
-            self._pump(key, queue)
-
-    async def _call(self, model_id: str, texts: Sequence[str]) -> list[list[float]]:
-        started = time.perf_counter()
-        try:
-            return await self._modelhub.embed(model_id, texts)
-        finally:
-            self.calls += 1
-            self.texts += len(texts)
-            self.busy_seconds += time.perf_counter() - started
-
-
-@dataclass
-class _IndexRequest:
-    chunks: list[rpb.Chunk]
-    future: asyncio.Future[None]
-    identity: Identity | None
+        return await self._calls.submit(model_id, texts)
 
 
 class IndexBatcher:
-    """Writes chunks of many documents to retrieval together, like :class:`EmbedBatcher` for vectors.
+    """Writes chunks of many documents to retrieval together (per tenant).
 
-    Each IndexChunks call costs retrieval an index commit, whatever its size; documents finishing
-    at the same time therefore share calls (up to ``batch_size`` chunks, one tenant per call) while an
-    earlier call is still running. A caller's chunks are written when its await returns.
+    Each IndexChunks call costs retrieval an index commit, whatever its size, so documents finishing
+    at the same time share calls. A caller's chunks are written when its await returns.
     """
 
     def __init__(self, retrieval: Retrieval, *, batch_size: int, max_in_flight: int = 1) -> None:
-        self._retrieval = retrieval
-        self._batch_size = batch_size
-        self._max_in_flight = max_in_flight
-        self._queues: dict[str, list[_IndexRequest]] = {}
-        self._in_flight: dict[str, int] = {}
-        self._sending: set[asyncio.Task[None]] = set()
+        async def index(_: str, chunks: list[rpb.Chunk]) -> list[None]:
+            await retrieval.index(chunks)
+            return [None] * len(chunks)
+
+        self._calls: Coalescer[rpb.Chunk, None] = Coalescer(
+            index, batch_size=batch_size, max_in_flight=max_in_flight
+        )
 
     async def index(self, chunks: Sequence[rpb.Chunk]) -> None:
-        if not chunks:
-            return
-        identity = current_identity()
-        key = identity.tenant_id if identity else ""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(key, []).append(_IndexRequest(list(chunks), future, identity))
-        self._pump(key)
-        await future
-
-    def _pump(self, key: str) -> None:
-        queue = self._queues.get(key, [])
-        while queue and self._in_flight.get(key, 0) < self._max_in_flight:
-            batch: list[_IndexRequest] = []
-            size = 0
-            while queue and (not batch or size + len(queue[0].chunks) <= self._batch_size):
-                item = queue.pop(0)
-                batch.append(item)
-                size += len(item.chunks)
-            self._in_flight[key] = self._in_flight.get(key, 0) + 1
-            task = asyncio.create_task(self._send(key, batch))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-
-    async def _send(self, key: str, items: list[_IndexRequest]) -> None:
-        try:
-            chunks = [chunk for item in items for chunk in item.chunks]
-            with bound_identity(items[0].identity):
-                for start in range(0, len(chunks), self._batch_size):
-                    await self._retrieval.index(chunks[start : start + self._batch_size])
-        except Exception as error:
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(error)
-        else:
-            for item in items:
-                if not item.future.done():
-                    item.future.set_result(None)
-        finally:
-            self._in_flight[key] -= 1
-            self._pump(key)
+        await self._calls.submit("", chunks)

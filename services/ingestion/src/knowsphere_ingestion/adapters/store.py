@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -478,17 +477,6 @@ class IngestionStore(SqlDatabase):
         async with self.engine.connect() as conn:
             return [_doc_from_row(row) for row in await conn.execute(query)]
 
-    async def document_rank(self, tenant: str, document_id: str) -> float:
-        async with self.engine.connect() as conn:
-            value = (
-                await conn.execute(
-                    select(documents.c.rank).where(
-                        documents.c.tenant_id == tenant, documents.c.id == document_id
-                    )
-                )
-            ).scalar()
-        return float(value or 0.0)
-
     async def update_document(
         self, tenant: str, document_id: str, *, run_id: str | None = None, **values: Any
     ) -> Document | None:
@@ -549,12 +537,20 @@ class IngestionStore(SqlDatabase):
                 .where(documents.c.tenant_id == tenant, documents.c.id == document_id)
                 .values(deleting=True, update_time=_now())
             )
-        return replace(document)
+        return document
 
     async def purge_document(self, tenant: str, document_id: str) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(
                 delete(documents).where(documents.c.tenant_id == tenant, documents.c.id == document_id)
+            )
+
+    async def purge_kb_documents(self, tenant: str, kb_id: str) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                delete(documents).where(
+                    documents.c.tenant_id == tenant, documents.c.knowledge_base_id == kb_id
+                )
             )
 
     async def deleting_documents(self, limit: int = 100) -> list[Document]:

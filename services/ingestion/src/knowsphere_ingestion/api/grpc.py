@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
+from knowsphere_contracts.convert import timestamp
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.peers import EmbeddingModel, ModelHub, Retrieval
@@ -37,7 +37,6 @@ from knowsphere_ingestion.adapters.store import (
     encode_page_token,
 )
 from knowsphere_ingestion.api.feed import ProgressFeed
-from knowsphere_ingestion.domain.chunking import ChunkingConfig
 from knowsphere_ingestion.domain.records import (
     TERMINAL,
     ChunkingSettings,
@@ -95,21 +94,13 @@ MIGRATION_TO_PB = {
 }
 
 
-def _ts(value: datetime | None) -> Timestamp | None:
-    if value is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
-
-
 def _failure_pb(failure: Failure) -> pb.StageFailure:
     return pb.StageFailure(
         stage=STAGE_TO_PB.get(failure.stage, pb.INGESTION_STAGE_UNSPECIFIED),  # type: ignore[arg-type]
         code=failure.code,
         reason=failure.reason,
         attempts=failure.attempts,
-        time=_ts(failure.time),
+        time=timestamp(failure.time),
     )
 
 
@@ -126,7 +117,7 @@ def progress_pb(document: Document) -> pb.DocumentProgress:
         chunks_embedded=progress.chunks_embedded,
         chunks_indexed=progress.chunks_indexed,
         chunks_graphed=progress.chunks_graphed,
-        update_time=_ts(document.update_time),
+        update_time=timestamp(document.update_time),
     )
     if progress.eta_seconds is not None and document.status not in TERMINAL:
         eta = Duration()
@@ -153,9 +144,9 @@ def document_pb(document: Document) -> pb.Document:
         chunk_count=document.chunk_count,
         language=document.language,
         metadata=document.metadata,
-        create_time=_ts(document.create_time),
-        update_time=_ts(document.update_time),
-        ready_time=_ts(document.ready_time),
+        create_time=timestamp(document.create_time),
+        update_time=timestamp(document.update_time),
+        ready_time=timestamp(document.ready_time),
     )
     if document.failure is not None and document.status == "failed":
         message.failure.CopyFrom(_failure_pb(document.failure))
@@ -186,8 +177,8 @@ def kb_pb(kb: KnowledgeBase) -> pb.KnowledgeBase:
         document_count=kb.document_count,
         chunk_count=kb.chunk_count,
         size_bytes=kb.size_bytes,
-        create_time=_ts(kb.create_time),
-        update_time=_ts(kb.update_time),
+        create_time=timestamp(kb.create_time),
+        update_time=timestamp(kb.update_time),
     )
     if kb.migration is not None:
         m = kb.migration
@@ -199,8 +190,8 @@ def kb_pb(kb: KnowledgeBase) -> pb.KnowledgeBase:
                 documents_done=m.documents_done,
                 documents_total=m.documents_total,
                 failure_reason=m.failure_reason,
-                start_time=_ts(m.start_time),
-                end_time=_ts(m.end_time),
+                start_time=timestamp(m.start_time),
+                end_time=timestamp(m.end_time),
             )
         )
     return message
@@ -268,10 +259,9 @@ class IngestionServicer:
             child_size_tokens=config.child_size_tokens,
         )
         try:
-            built: ChunkingConfig = settings.to_config()
+            settings.to_config()  # the chunker's own checks (overlap below size, parent above child)
         except ValueError as error:
             raise invalid("chunking", str(error)) from error
-        del built
         return settings
 
     def _name(self, name: str) -> str:
@@ -481,9 +471,7 @@ class IngestionServicer:
                 await self._cancel(document)
             await self._retrieval.delete_knowledge_base(kb.id)
             await self._blobs.delete_prefix(artifacts.kb_prefix(tenant, kb.id))
-            for document in await self._store.deleting_documents(limit=1_000_000):
-                if document.tenant_id == tenant and document.knowledge_base_id == kb.id:
-                    await self._store.purge_document(tenant, document.id)
+            await self._store.purge_kb_documents(tenant, kb.id)
             log.info("knowledge base deleted", knowledge_base_id=kb.id, documents=len(documents))
             return pb.DeleteKnowledgeBaseResponse()
 
@@ -747,7 +735,7 @@ class IngestionServicer:
             token = ""
             if len(documents) > size:
                 last = documents[size - 1]
-                token = encode_page_token([repr(await self._store.document_rank(tenant, last.id)), last.id])
+                token = encode_page_token([repr(last.create_time.timestamp()), last.id])
             return pb.ListDocumentsResponse(
                 documents=[document_pb(d) for d in documents[:size]], next_page_token=token
             )

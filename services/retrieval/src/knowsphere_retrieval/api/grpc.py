@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
+from knowsphere_contracts.convert import timestamp
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_retrieval.adapters.ports import (
     ChunkStore,
@@ -60,14 +60,6 @@ def _duration(seconds: float) -> Duration:
     value = Duration()
     value.FromNanoseconds(int(seconds * 1e9))
     return value
-
-
-def _timestamp(value: Any) -> Timestamp | None:
-    if value is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
 
 
 def handle_of(chunk_id: str) -> str:
@@ -175,7 +167,7 @@ class RetrievalServicer:
             graph_enabled=config.graph_enabled,
             stored_embedding_model_ids=[model for model, _ in config.stored_models],
         )
-        stamp = _timestamp(config.update_time)
+        stamp = timestamp(config.update_time)
         if stamp is not None:
             message.update_time.CopyFrom(stamp)
         return message
