@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,7 @@ POLICY = (
     b"Meals on travel days are covered by a daily allowance of 28 euros.\n"
 )
 TIMEOUT = httpx.Timeout(30.0, read=120.0)
+READY_WITHIN_SECONDS = 180.0
 
 
 def api(stack: Any) -> httpx.Client:
@@ -169,6 +171,7 @@ def test_bad_uploads_are_refused_with_the_field_named(stack: Any) -> None:
         kb = create_kb(client)
         policy = client.get("/upload-policy").json()
         assert policy["max_file_size_bytes"] > 0 and policy["recommended_chunk_size_bytes"] > 0
+        assert policy["max_files_per_upload"] > 1 and policy["batch_max_documents"] > 1
         assert {"md", "txt", "pdf"} <= {t["extension"] for t in policy["file_types"]}
 
         exe = upload(client, kb["id"], "setup.exe", b"MZ\x90\x00 not a document")
@@ -201,6 +204,59 @@ def test_bad_uploads_are_refused_with_the_field_named(stack: Any) -> None:
         assert " 413 " in status_line, status_line
         assert str(policy["max_file_size_bytes"]) in body
 
+        assert client.delete(f"/knowledge-bases/{kb['id']}").status_code == 204
+
+
+def test_a_batch_upload_ingests_the_good_files_and_refuses_the_bad_one(stack: Any) -> None:
+    faq = b"# FAQ\n\nThe canteen opens at 11:30 and closes at 14:00.\n"
+    parking = b"Parking permits are renewed every January at the front desk.\n"
+    with api(stack) as client:
+        kb = create_kb(client)
+        response = client.post(
+            f"/knowledge-bases/{kb['id']}/documents/batch",
+            files=[
+                ("file", ("faq.md", faq, "text/markdown")),
+                ("file", ("setup.exe", b"MZ\x90\x00 not a document", "application/octet-stream")),
+                ("file", ("parking.txt", parking, "text/plain")),
+            ],
+            data={"metadata": json.dumps({"source": "handbook"})},
+        )
+        assert response.status_code == 200, response.text
+        results = response.json()["results"]
+        assert [r["file_name"] for r in results] == ["faq.md", "setup.exe", "parking.txt"]
+
+        refused = results[1]
+        assert refused["document"] is None and refused["duplicate"] is False
+        assert refused["error"]["code"] == "invalid_argument" and refused["error"]["field"] == "file_name"
+        assert "unsupported file type '.exe'" in refused["error"]["message"], refused["error"]
+
+        accepted = [results[0], results[2]]
+        for result, data in zip(accepted, (faq, parking), strict=True):
+            assert result["error"] is None and result["duplicate"] is False, result
+            document = result["document"]
+            assert document["file_name"] == result["file_name"] and document["status"] == "queued"
+            assert document["size_bytes"] == len(data)
+            assert document["content_sha256"] == hashlib.sha256(data).hexdigest()
+            assert document["metadata"] == {"source": "handbook"}
+        ids = [r["document"]["id"] for r in accepted]
+
+        deadline = time.monotonic() + READY_WITHIN_SECONDS
+        while True:
+            documents = [client.get(f"/documents/{i}").json() for i in ids]
+            if all(d["status"] in ("ready", "failed") for d in documents) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert [(d["file_name"], d["status"]) for d in documents] == [
+            ("faq.md", "ready"),
+            ("parking.txt", "ready"),
+        ], documents
+        assert all(d["chunk_count"] > 0 for d in documents), documents
+
+        listed = client.get(f"/knowledge-bases/{kb['id']}/documents").json()["documents"]
+        assert sorted((d["id"], d["file_name"]) for d in listed) == sorted(
+            zip(ids, ["faq.md", "parking.txt"], strict=True)
+        )
+        assert client.get(f"/knowledge-bases/{kb['id']}").json()["document_count"] == 2
         assert client.delete(f"/knowledge-bases/{kb['id']}").status_code == 204
 
 
@@ -257,6 +313,7 @@ def test_the_openapi_document_lists_the_knowledge_endpoints(stack: Any) -> None:
         "/api/v1/knowledge-bases/{kb_id}": {"get", "patch", "delete"},
         "/api/v1/upload-policy": {"get"},
         "/api/v1/knowledge-bases/{kb_id}/documents": {"get", "post"},
+        "/api/v1/knowledge-bases/{kb_id}/documents/batch": {"post"},
         "/api/v1/documents/{document_id}": {"get", "delete"},
         "/api/v1/documents/{document_id}/reingest": {"post"},
         "/api/v1/documents/{document_id}/progress": {"get"},

@@ -70,6 +70,21 @@ class Api:
 
         return await self.ingestion.UploadDocument(requests())
 
+    async def upload_many(
+        self, kb_id: str, files: list[tuple[str, bytes]], *, piece: int = 64 * 1024
+    ) -> list[pb.UploadResult]:
+        async def requests() -> AsyncIterator[pb.UploadDocumentsRequest]:
+            for file_name, data in files:
+                yield pb.UploadDocumentsRequest(
+                    header=pb.UploadHeader(
+                        knowledge_base_id=kb_id, file_name=file_name, declared_size_bytes=len(data)
+                    )
+                )
+                for start in range(0, len(data), piece):
+                    yield pb.UploadDocumentsRequest(chunk=data[start : start + piece])
+
+        return list((await self.ingestion.UploadDocuments(requests())).results)
+
     async def wait(
         self, document_id: str, timeout: float = 180
     ) -> tuple[pb.Document, list[pb.DocumentProgress]]:
@@ -198,7 +213,7 @@ def test_every_activity_span_descends_from_the_upload_span(stack: Any, otlp: Any
     ]
     assert len(upload) == 1
     trace_id = upload[0].trace_id
-    activities = ("parse_document", "chunk_document", "embed_chunks", "index_chunks")
+    activities = ("parse_documents", "chunk_documents", "embed_chunks", "index_chunks")
 
     def served(spans: list[ReceivedSpan], service: str, method: str) -> bool:
         return any(s.service == service and s.kind == "SERVER" and s.name.endswith(method) for s in spans)
@@ -275,6 +290,94 @@ def test_bad_files_are_refused_or_fail_with_nothing_left_behind(stack: Any) -> N
             assert not [p for p in blob_files(stack) if f"/doc/{document.id}/run/" in str(p)]
         stats = await api.stats(kb.id)
         assert stats.chunk_count == 0
+
+    run(stack, LOCAL, work)
+
+
+def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any) -> None:
+    handbook = b"# Travel handbook\n\nTrain tickets over 300 euros need the approval of a director.\n"
+    corrupt = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog" + os.urandom(2000)
+
+    async def work(api: Api) -> None:
+        kb = await api.kb()
+        results = await api.upload_many(
+            kb.id,
+            [
+                ("policy.md", POLICY),
+                ("empty.txt", b""),
+                ("broken.pdf", corrupt),
+                ("handbook.md", handbook),
+                ("policy-copy.md", POLICY),
+            ],
+            piece=40,
+        )
+        assert [r.file_name for r in results] == [
+            "policy.md",
+            "empty.txt",
+            "broken.pdf",
+            "handbook.md",
+            "policy-copy.md",
+        ]
+        policy, empty, broken, travel, copy = results
+        assert empty.error.code == "INVALID_ARGUMENT" and "declared_size_bytes" in empty.error.message
+        assert not empty.HasField("document")
+        assert copy.duplicate and copy.document.id == policy.document.id
+        for accepted in (policy, broken, travel):
+            assert not accepted.HasField("error"), accepted.error
+            assert accepted.document.status == pb.DOCUMENT_STATUS_QUEUED
+
+        # The corrupt file fails on its own; the files beside it become searchable.
+        failed, _ = await api.wait(broken.document.id)
+        assert failed.status == pb.DOCUMENT_STATUS_FAILED
+        assert failed.failure.stage == pb.INGESTION_STAGE_PARSE and failed.failure.code == "corrupt_file"
+        ready = [(await api.wait(r.document.id))[0] for r in (policy, travel)]
+        assert all(d.status == pb.DOCUMENT_STATUS_READY for d in ready), [d.failure for d in ready]
+        listed = await api.ingestion.ListDocuments(pb.ListDocumentsRequest(knowledge_base_id=kb.id))
+        assert sorted(d.file_name for d in listed.documents) == ["broken.pdf", "handbook.md", "policy.md"]
+        stats = await api.stats(kb.id)
+        assert stats.chunk_count == sum(d.chunk_count for d in ready) > 0
+        hits = await api.retrieval.Search(
+            rpb.SearchRequest(
+                knowledge_base_ids=[kb.id], query="approval for expensive train tickets", top_k=1
+            )
+        )
+        assert hits.results[0].document_id == travel.document.id
+        assert not [p for p in blob_files(stack) if f"/doc/{broken.document.id}/run/" in str(p)]
+
+    run(stack, LOCAL, work)
+
+
+def test_deleting_one_document_of_a_batch_mid_ingestion_leaves_the_others_whole(stack: Any) -> None:
+    async def work(api: Api) -> None:
+        kb = await api.kb(chunking=pb.ChunkingConfig(chunk_size_tokens=48, chunk_overlap_tokens=8))
+        long_one, short_one = await api.upload_many(
+            kb.id, [("turbine.md", _long_document()), ("policy.md", POLICY)]
+        )
+        doomed = long_one.document.id
+        request = pb.WatchDocumentProgressRequest(documents=pb.DocumentIdList(document_ids=[doomed]))
+        deleted = False
+        async for update in api.ingestion.WatchDocumentProgress(request, timeout=300):
+            p = update.progress
+            if p.status == pb.DOCUMENT_STATUS_EMBEDDING and p.chunks_embedded >= 64:
+                await api.ingestion.DeleteDocument(pb.DeleteDocumentRequest(document_id=doomed))
+                deleted = True
+                break
+        assert deleted, "the long document finished embedding before it could be deleted"
+        kept, _ = await api.wait(short_one.document.id)
+        assert kept.status == pb.DOCUMENT_STATUS_READY, kept.failure
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await api.ingestion.GetDocument(pb.GetDocumentRequest(document_id=doomed))
+        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        # The batch's workflow notices the deletion at its next step and takes back what it wrote.
+        for _ in range(60):
+            stats = await api.stats(kb.id)
+            leftovers = [p for p in blob_files(stack) if f"/doc/{doomed}/" in str(p)]
+            if stats.chunk_count == kept.chunk_count and not leftovers and not await api.chunk_ids(doomed):
+                break
+            await asyncio.sleep(1)
+        assert stats.chunk_count == stats.lexical_entry_count == kept.chunk_count
+        assert await api.chunk_ids(doomed) == []
+        assert leftovers == []
 
     run(stack, LOCAL, work)
 

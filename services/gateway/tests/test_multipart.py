@@ -15,7 +15,13 @@ import pytest
 
 from knowsphere_gateway.api import multipart
 from knowsphere_gateway.api.errors import ServiceError
-from knowsphere_gateway.api.multipart import SpooledUpload, refuse_oversized, spool_upload
+from knowsphere_gateway.api.multipart import (
+    SpooledFiles,
+    SpooledUpload,
+    refuse_oversized,
+    spool_upload,
+    spool_uploads,
+)
 
 BOUNDARY = "----ks-test-boundary-7MA4YWxkTrZu0gW"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
@@ -65,11 +71,45 @@ async def spool_error(body: bytes | Iterable[bytes], limit: int = LIMIT) -> Serv
     return caught.value
 
 
+async def spool_many(body: bytes | Iterable[bytes], limit: int = LIMIT, max_files: int = 10) -> SpooledFiles:
+    pieces = [body] if isinstance(body, bytes) else body
+    return await spool_uploads(CONTENT_TYPE, stream(pieces), limit, max_files)
+
+
+def described(spooled: SpooledFiles) -> list[tuple[str, str, int, str, bytes | None]]:
+    """(name, content type, size, sha256, content) of each file; the content is None for a refused
+    file. Closes the files."""
+    try:
+        return [
+            (f.file_name, f.content_type, f.size, f.sha256, f.file.read() if f.file is not None else None)
+            for f in spooled.files
+        ]
+    finally:
+        spooled.close()
+
+
+def expected(name: str, data: bytes, content_type: str = "text/markdown") -> tuple[str, str, int, str, bytes]:
+    return (name, content_type, len(data), hashlib.sha256(data).hexdigest(), data)
+
+
 def content(upload: SpooledUpload) -> bytes:
     try:
         return upload.file.read()
     finally:
         upload.file.close()
+
+
+def record_spooled_files(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every temporary file the spooling opens from now on, in order."""
+    opened: list[Any] = []
+    original = multipart.tempfile.SpooledTemporaryFile
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        opened.append(original(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(multipart.tempfile, "SpooledTemporaryFile", recording)
+    return opened
 
 
 def split_at_random(body: bytes, rng: random.Random) -> list[bytes]:
@@ -242,16 +282,116 @@ def test_a_content_length_that_cannot_fit_is_refused_before_reading() -> None:
 
 
 async def test_the_spooled_file_is_closed_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    opened: list[Any] = []
-    original = multipart.tempfile.SpooledTemporaryFile
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        opened.append(original(*args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(multipart.tempfile, "SpooledTemporaryFile", recording)
+    opened = record_spooled_files(monkeypatch)
     await spool_error(file_part(b"abc"), limit=2)
     assert len(opened) == 1 and opened[0].closed
+
+
+# --- several files -------------------------------------------------------------------------------
+
+
+async def test_several_files_are_spooled_each_in_order_and_share_the_metadata() -> None:
+    first, second, third = b"# One\n", b"# Two\r\n--almost-a-boundary\r\n", b"three as plain text\n"
+    body = (
+        file_part(first, "one.md")
+        + metadata_part('{"source": "intranet"}')  # anywhere in the body, for every file
+        + file_part(second, "two.md")
+        + file_part(third, "three.txt", "text/plain")
+        + closing()
+    )
+    spooled = await spool_many(body)
+    assert spooled.metadata == {"source": "intranet"}
+    assert described(spooled) == [
+        expected("one.md", first),
+        expected("two.md", second),
+        expected("three.txt", third, "text/plain"),
+    ]
+
+
+async def test_several_files_split_at_random_byte_boundaries_give_the_same_files() -> None:
+    rng = random.Random(20240612)
+    near_delimiters = [b"\r\n", f"\r\n--{BOUNDARY[:-1]}".encode()]
+    datas = [  # content that nearly matches the delimiter; the second file is empty
+        b"".join(rng.choice([*near_delimiters, bytes([rng.randrange(256)])]) for _ in range(pieces))
+        for pieces in (500, 0, 1500)
+    ]
+    body = b"".join(file_part(d, f"f{i}.bin", "application/octet-stream") for i, d in enumerate(datas))
+    body += closing()
+    want = [expected(f"f{i}.bin", d, "application/octet-stream") for i, d in enumerate(datas)]
+    for _ in range(30):
+        assert described(await spool_many(split_at_random(body, rng))) == want
+
+
+async def test_a_file_over_the_limit_is_refused_alone_and_the_others_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened = record_spooled_files(monkeypatch)
+    small, big, last = b"# Small\n", b"x" * 5000, b"# Last\n"
+    body = file_part(small, "small.md") + file_part(big, "big.md") + file_part(last, "last.md") + closing()
+    spooled = await spool_many(split_at_random(body, random.Random(3)), limit=1000)
+    refused = spooled.files[1]
+    assert refused.file is None and refused.refusal is not None
+    assert refused.refusal.status_code == 413
+    assert refused.refusal.body == {
+        "code": "payload_too_large",
+        "message": "file: over the limit of 1000 bytes",
+        "field": "file",
+    }
+    assert [f.refusal for f in (spooled.files[0], spooled.files[2])] == [None, None]
+    assert opened[1].closed  # its temporary file went as soon as it was over
+    described_files = described(spooled)
+    assert described_files[0] == expected("small.md", small)
+    assert described_files[1][0] == "big.md" and described_files[1][4] is None
+    assert described_files[2] == expected("last.md", last)
+    assert all(file.closed for file in opened)
+
+
+async def test_more_files_than_the_limit_stop_the_reading_with_a_400_naming_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened = record_spooled_files(monkeypatch)
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        for i in range(100):
+            pulled += 1
+            yield file_part(b"# A file\n", f"f{i}.md")
+        yield closing()
+
+    with pytest.raises(ServiceError) as caught:
+        await spool_uploads(CONTENT_TYPE, body(), LIMIT, 3)
+    assert caught.value.status_code == 400
+    assert caught.value.body == {
+        "code": "invalid_argument",
+        "message": "file: more than 3 files in one upload (max_files_per_upload is 3)",
+        "field": "file",
+    }
+    assert pulled == 4
+    assert len(opened) == 3 and all(file.closed for file in opened)
+
+
+async def test_several_files_need_at_least_one_file_part_each_with_a_name() -> None:
+    with pytest.raises(ServiceError) as caught:
+        await spool_many(metadata_part("{}") + closing())
+    assert caught.value.body["message"] == "file: required (a multipart part named 'file')"
+    with pytest.raises(ServiceError) as caught:
+        await spool_many(file_part(b"a", "a.md") + part('form-data; name="file"', b"text") + closing())
+    assert caught.value.body["message"] == "file: the part 'file' must be a file upload"
+
+
+async def test_bad_metadata_or_a_malformed_body_refuses_the_whole_batch_and_closes_every_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened = record_spooled_files(monkeypatch)
+    two_files = file_part(b"a", "a.md") + file_part(b"b", "b.md")
+    with pytest.raises(ServiceError) as caught:
+        await spool_many(two_files + metadata_part("[1]") + closing())
+    assert (caught.value.status_code, caught.value.body["field"]) == (400, "metadata")
+    with pytest.raises(ServiceError) as caught:
+        await spool_many(two_files)  # no closing boundary
+    assert str(caught.value.body["message"]).startswith("file: malformed multipart body: ")
+    assert len(opened) == 4 and all(file.closed for file in opened)
 
 
 # --- large files ---------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
     make bench-ingest DIR=<folder>      # a folder of files, or a BEIR corpus (each record a document)
 
 Starts the whole stack (the same launcher as ``make up``) on free ports in a temporary folder, creates
-a knowledge base, uploads every document through the ingestion gRPC API (several at a time, as a
-team's upload script would) and waits until each one is ready or failed. Then, in the same stack, it
+a knowledge base, uploads the documents through the ingestion gRPC API — in UploadDocuments streams of
+``--files-per-upload`` files, ``--concurrency`` streams at a time, as a team's upload script would (or
+one UploadDocument call per file with ``--files-per-upload 1``) — and waits until each one is ready
+or failed. Then, in the same stack, it
 embeds the very chunks that were indexed through modelhub's Embed in plain batches (32 texts, corpus
 order, like a simple script) and times that alone.
 
@@ -75,18 +77,37 @@ def documents(source: Path, limit: int | None) -> Iterator[tuple[str, bytes]]:
         yield str(path.relative_to(source)).replace("/", "__"), path.read_bytes()
 
 
-async def _upload(stub: Any, kb_id: str, name: str, data: bytes) -> pb.UploadDocumentResponse:
-    async def requests() -> AsyncIterator[pb.UploadDocumentRequest]:
-        yield pb.UploadDocumentRequest(
-            header=pb.UploadHeader(knowledge_base_id=kb_id, file_name=name, declared_size_bytes=len(data))
-        )
-        for start in range(0, len(data), UPLOAD_PIECE):
-            yield pb.UploadDocumentRequest(chunk=data[start : start + UPLOAD_PIECE])
-
-    return await stub.UploadDocument(requests(), timeout=600)
+def _messages(message: Any, kb_id: str, name: str, data: bytes) -> Iterator[Any]:
+    """A file as upload messages of type ``message``: its header, then its bytes in pieces."""
+    yield message(
+        header=pb.UploadHeader(knowledge_base_id=kb_id, file_name=name, declared_size_bytes=len(data))
+    )
+    for start in range(0, len(data), UPLOAD_PIECE):
+        yield message(chunk=data[start : start + UPLOAD_PIECE])
 
 
-async def ingest(stack: Stack, docs: list[tuple[str, bytes]], concurrency: int) -> dict[str, Any]:
+async def _upload(stub: Any, kb_id: str, files: list[tuple[str, bytes]]) -> list[pb.UploadResult]:
+    """Uploads files, one call each (one file) or as one UploadDocuments stream; a result per file."""
+
+    async def requests(message: Any) -> AsyncIterator[Any]:
+        for name, data in files:
+            for request in _messages(message, kb_id, name, data):
+                yield request
+
+    if len(files) == 1:
+        name = files[0][0]
+        try:
+            response = await stub.UploadDocument(requests(pb.UploadDocumentRequest), timeout=600)
+        except grpc.aio.AioRpcError as error:  # refused at upload: counts as failed
+            code = error.code().name
+            return [pb.UploadResult(file_name=name, error=pb.UploadError(code=code, message=error.details()))]
+        return [pb.UploadResult(file_name=name, document=response.document, duplicate=response.duplicate)]
+    return list((await stub.UploadDocuments(requests(pb.UploadDocumentsRequest), timeout=600)).results)
+
+
+async def ingest(
+    stack: Stack, docs: list[tuple[str, bytes]], concurrency: int, files_per_upload: int
+) -> dict[str, Any]:
     async with open_channel(
         stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]
     ) as channel:
@@ -97,18 +118,17 @@ async def ingest(stack: Stack, docs: list[tuple[str, bytes]], concurrency: int) 
             refused: list[tuple[str, str]] = []
             semaphore = asyncio.Semaphore(concurrency)
 
-            async def one(name: str, data: bytes) -> None:
+            async def one(files: list[tuple[str, bytes]]) -> None:
                 async with semaphore:
-                    try:
-                        response = await _upload(stub, kb.id, name, data)
-                    except grpc.aio.AioRpcError as error:  # refused at upload: counts as failed
-                        refused.append((name, error.details() or error.code().name))
-                        return
-                    if not response.duplicate:
-                        ids.append(response.document.id)
+                    for result in await _upload(stub, kb.id, files):
+                        if result.HasField("error"):
+                            refused.append((result.file_name, f"{result.error.code}: {result.error.message}"))
+                        elif not result.duplicate:
+                            ids.append(result.document.id)
 
             started = time.perf_counter()
-            await asyncio.gather(*(one(name, data) for name, data in docs))
+            groups = [docs[i : i + files_per_upload] for i in range(0, len(docs), files_per_upload)]
+            await asyncio.gather(*(one(group) for group in groups))
             uploaded = time.perf_counter() - started
             # Done when no document of the knowledge base is still on its way (one cheap query a second).
             working = [
@@ -251,9 +271,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-async def bench(stack: Stack, docs: list[tuple[str, bytes]], concurrency: int) -> dict[str, Any]:
+async def bench(
+    stack: Stack, docs: list[tuple[str, bytes]], concurrency: int, files_per_upload: int
+) -> dict[str, Any]:
     cpu_before = cpu_seconds(stack)
-    result = await ingest(stack, docs, concurrency)
+    result = await ingest(stack, docs, concurrency, files_per_upload)
     cpu_after = cpu_seconds(stack)
     cpu = {name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after}
     kb = result["kb"]
@@ -290,6 +312,7 @@ async def bench(stack: Stack, docs: list[tuple[str, bytes]], concurrency: int) -
         "overhead_ratio": round(seconds / baseline, 3) if baseline else None,
         "embedding_model": kb.embedding_model_id,
         "concurrency": concurrency,
+        "files_per_upload": files_per_upload,
     }
 
 
@@ -299,7 +322,13 @@ def main() -> None:
     )
     parser.add_argument("source", type=Path, help="a folder of files or a BEIR dataset folder")
     parser.add_argument("--limit", type=int, default=None, help="only the first N documents")
-    parser.add_argument("--concurrency", type=int, default=16, help="uploads in flight")
+    parser.add_argument("--concurrency", type=int, default=4, help="upload calls in flight")
+    parser.add_argument(
+        "--files-per-upload",
+        type=int,
+        default=32,
+        help="files per UploadDocuments stream (1 = one UploadDocument call per file)",
+    )
     parser.add_argument(
         "--embed-threads",
         type=int,
@@ -336,7 +365,7 @@ def main() -> None:
             },
         )
         with Stack(config) as stack:
-            figures = asyncio.run(bench(stack, docs, args.concurrency))
+            figures = asyncio.run(bench(stack, docs, args.concurrency, args.files_per_upload))
     figures["source"] = str(args.source)
     figures["embed_threads"] = args.embed_threads
     figures["env"] = extra

@@ -1,10 +1,11 @@
-"""The activities of IngestDocument: one per stage, each idempotent and resumable.
+"""The activities of IngestDocuments: one per stage, each idempotent and resumable.
 
-Every activity starts by checking that its run is still the document's current one (a re-ingest or a
-delete supersedes it) and records the stage as the document's status; it ends by storing its output
-as an artifact and the time it took. Errors that a retry cannot fix are raised as non-retryable
-``PermanentFailure`` with a code and a readable reason; anything else is retried by the workflow's
-policy.
+Each stage activity works on a batch of documents together. For every document it first checks that
+its run is still the document's current one (a re-ingest or a delete supersedes it) and records the
+stage as the document's status; it ends by storing the document's output as an artifact and the time
+it took (the status writes of a batch go in one transaction). Errors that a retry cannot fix are
+raised as non-retryable ``PermanentFailure`` with a code and a readable reason: the document they
+belong to is marked failed and leaves the batch. Anything else is retried by the workflow's policy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any, NoReturn, TypeVar
@@ -47,13 +48,16 @@ from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.storage.blobs import BlobNotFound, BlobStore
 from knowsphere_ingestion.workflows import (
     PERMANENT,
+    DocumentRun,
     FailInput,
     GraphOutcome,
+    IngestBatch,
     IngestInput,
     MigrateInput,
     MigrationFailure,
     StageResult,
 )
+from knowsphere_ingestion.workflows import failure_details as _details
 from knowsphere_runtime.identity import Identity, bound_identity
 
 log = structlog.get_logger(__name__)
@@ -74,6 +78,13 @@ _PERMANENT_CODES = {
 PROGRESS_INTERVAL_SECONDS = 1.0
 HEARTBEAT_EVERY_SECONDS = 2.0
 GRAPH_BATCH_TOKENS = 1500
+# Where a status lies on the way; a stage skips documents already past it.
+STATUS_ORDER = {
+    status: n
+    for n, status in enumerate(("queued", "parsing", "chunking", "embedding", "indexing", "graph", "ready"))
+}
+# Documents with more text than this are chunked on a thread, not on the event loop.
+CHUNK_ON_LOOP_CHARS = 200_000
 STATUS_PB = {
     "queued": rpb.DOCUMENT_STATUS_QUEUED,
     "parsing": rpb.DOCUMENT_STATUS_PARSING,
@@ -140,8 +151,20 @@ def embedding_text(chunk: ChunkDraft) -> str:
     return chunk.text
 
 
+@dataclass
+class _Done:
+    """What one document's stage produced: the values to record, and what to do once recorded."""
+
+    items: int
+    values: dict[str, Any]
+    next_stage: str | None = None
+    # Called after the batch's results are written, with whether this document's were (False: it was
+    # deleted or re-ingested meanwhile).
+    after: Callable[[bool], Awaitable[None]] | None = None
+
+
 class _Stage:
-    """The bookkeeping around one activity run: status, progress events, timing."""
+    """The bookkeeping around one document's stage: status, progress events, timing."""
 
     def __init__(self, owner: IngestionActivities, job: IngestInput, stage: str, document: Document) -> None:
         self.owner = owner
@@ -170,22 +193,8 @@ class _Stage:
             self.document = updated
         await self.owner.emit_progress(self.job, STAGE_STATUS[self.stage], progress.percent, done, total, eta)
 
-    async def finish(self, next_stage: str | None = None, **values: Any) -> bool:
-        """Stores the stage's results and time; with ``next_stage``, that stage's status too (one write)."""
-        seconds = time.perf_counter() - self.started
-        if next_stage is not None:
-            values["status"] = STAGE_STATUS[next_stage]
-        updated = await self.owner.store.finish_stage(
-            self.job.tenant_id, self.job.document_id, self.job.run_id, self.stage, seconds, **values
-        )
-        if updated is None:
-            return False  # deleted or superseded meanwhile
-        self.document = updated
-        if next_stage is not None:
-            await self.owner.emit_progress(
-                self.job, STAGE_STATUS[next_stage], updated.progress.percent, 0, 0, None
-            )
-        return True
+
+StageWork = Callable[[_Stage, KnowledgeBase], Awaitable[_Done]]
 
 
 class IngestionActivities:
@@ -216,13 +225,13 @@ class IngestionActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [
-            self.parse_document,
-            self.chunk_document,
+            self.parse_documents,
+            self.chunk_documents,
             self.embed_chunks,
             self.index_chunks,
             self.extract_graph,
             self.finish_graph,
-            self.fail_document,
+            self.fail_documents,
             self.migrate_embeddings,
             self.fail_migration,
         ]
@@ -247,28 +256,120 @@ class IngestionActivities:
         except Exception:  # progress is advisory; the status in the database is the truth
             log.warning("progress event not published", document_id=job.document_id, exc_info=True)
 
-    async def _begin(self, job: IngestInput, stage: str) -> _Stage:
-        document = await self.store.get_document(job.tenant_id, job.document_id)
-        if document is None or document.ingest_run_id != job.run_id:
-            raise permanent(
-                "superseded", "the document was deleted or re-ingested while this run was working"
-            )
-        status = STAGE_STATUS[stage]
-        if document.status == status:  # set by the stage before, as it finished
-            return _Stage(self, job, stage, document)
-        progress = replace(document.progress, percent=STAGE_SPAN[stage][0], eta_seconds=None)
-        updated = await self.store.update_document(
-            job.tenant_id, job.document_id, run_id=job.run_id, status=status, progress=progress
-        )
-        current = _Stage(self, job, stage, updated or document)
-        await self.emit_progress(job, status, progress.percent, 0, 0, None)
-        return current
+    async def _run_stage(self, batch: IngestBatch, stage: str, work: StageWork) -> StageResult:
+        """Runs one stage for every document of the batch still on its way, together.
 
-    async def _kb(self, job: IngestInput) -> KnowledgeBase:
-        kb = await self.store.get_kb(job.tenant_id, job.knowledge_base_id, with_counts=False)
+        Documents deleted or re-ingested meanwhile drop out; those that finished this stage in an
+        earlier attempt are passed on untouched; one failing for good is marked failed and drops out
+        while the others go on. Any other error is raised once the rest have finished, so a retry
+        redoes only the documents that did not.
+        """
+        with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+            kb = await self._kb(batch)
+            status = STAGE_STATUS[stage]
+            jobs = batch.jobs()
+            found = {
+                d.id: d
+                for d in await self.store.get_documents(batch.tenant_id, [j.document_id for j in jobs])
+            }
+            remaining: list[IngestInput] = []
+            todo: list[tuple[IngestInput, Document]] = []
+            for job in jobs:
+                document = found.get(job.document_id)
+                if document is None or document.ingest_run_id != job.run_id:
+                    await self._superseded(job)
+                elif document.status == "failed":
+                    continue  # failed by an earlier attempt of this stage
+                elif STATUS_ORDER[document.status] > STATUS_ORDER[status]:
+                    remaining.append(job)  # finished this stage in an earlier attempt
+                else:
+                    todo.append((job, document))
+            starting = [(job, d) for job, d in todo if d.status != status]
+            low = STAGE_SPAN[stage][0]
+            if starting:
+                began = await self.store.set_stage(
+                    batch.tenant_id,
+                    [
+                        (job.document_id, job.run_id, replace(d.progress, percent=low, eta_seconds=None))
+                        for job, d in starting
+                    ],
+                    status,
+                )
+                for job, _ in starting:
+                    if job.document_id in began:
+                        found[job.document_id] = began[job.document_id]
+                        await self.emit_progress(job, status, low, 0, 0, None)
+            stages = [_Stage(self, job, stage, found[job.document_id]) for job, _ in todo]
+            outcomes = await asyncio.gather(*(work(s, kb) for s in stages), return_exceptions=True)
+            finished: list[tuple[_Stage, _Done]] = []
+            retry: BaseException | None = None
+            for current, outcome in zip(stages, outcomes, strict=True):
+                if isinstance(outcome, _Done):
+                    finished.append((current, outcome))
+                elif isinstance(outcome, ApplicationError) and outcome.type == PERMANENT:
+                    code, reason, attempts = _details(outcome)
+                    if code == "superseded":
+                        await self._superseded(current.job)
+                    else:
+                        await self._fail_one(current.job, stage, code, reason, attempts)
+                elif isinstance(outcome, asyncio.CancelledError):
+                    raise outcome
+                elif retry is None:
+                    retry = outcome
+            recorded = await self.store.finish_stages(
+                batch.tenant_id,
+                stage,
+                [
+                    (
+                        s.job.document_id,
+                        s.job.run_id,
+                        time.perf_counter() - s.started,
+                        {
+                            **done.values,
+                            **({"status": STAGE_STATUS[done.next_stage]} if done.next_stage else {}),
+                        },
+                    )
+                    for s, done in finished
+                ],
+            )
+            items = 0
+            for current, done in finished:
+                ok = current.job.document_id in recorded
+                if done.after is not None:
+                    await done.after(ok)
+                if not ok:
+                    await self._superseded(current.job)
+                    continue
+                items += done.items
+                remaining.append(current.job)
+                if done.next_stage is not None:
+                    await self.emit_progress(
+                        current.job,
+                        STAGE_STATUS[done.next_stage],
+                        recorded[current.job.document_id].progress.percent,
+                        0,
+                        0,
+                        None,
+                    )
+            if retry is not None:
+                raise retry
+            order = {job.document_id: n for n, job in enumerate(jobs)}
+            remaining.sort(key=lambda job: order[job.document_id])
+            return StageResult(
+                items=items,
+                graph_enabled=kb.graph_enabled,
+                remaining=[DocumentRun(job.document_id, job.run_id) for job in remaining],
+            )
+
+    async def _superseded(self, job: IngestInput) -> None:
+        """A document deleted or re-ingested while this run worked on it: drop what this run stored."""
+        await self.blobs.delete_prefix(self._run_prefix(job))
+
+    async def _kb(self, batch: IngestBatch | IngestInput) -> KnowledgeBase:
+        kb = await self.store.get_kb(batch.tenant_id, batch.knowledge_base_id, with_counts=False)
         if kb is None:
             raise permanent(
-                "knowledge_base_deleted", f"knowledge base {job.knowledge_base_id} no longer exists"
+                "knowledge_base_deleted", f"knowledge base {batch.knowledge_base_id} no longer exists"
             )
         return kb
 
@@ -286,35 +387,41 @@ class IngestionActivities:
 
     # --- parse ----------------------------------------------------------------------------------
 
-    @activity.defn(name="parse_document")
-    async def parse_document(self, job: IngestInput) -> StageResult:
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            stage = await self._begin(job, "parse")
-            document = stage.document
-            key = self._run_prefix(job) + "parsed.json"
-            if await self.blobs.exists(key):
-                parsed = artifacts.parsed_from_json(await artifacts.get_json(self.blobs, key))
-            else:
-                try:
-                    data = await self.blobs.read(document.blob_key)
-                except BlobNotFound as error:
-                    raise permanent(
-                        "file_missing", "the uploaded file is no longer in the object store"
-                    ) from error
-                parsed = await self._parse(document, data)
-                await artifacts.put_json(self.blobs, key, artifacts.parsed_to_json(parsed))
-            progress = replace(
-                document.progress, pages_parsed=parsed.page_count, pages_total=parsed.page_count
-            )
-            await stage.finish(
-                "chunk",
-                title=parsed.title,
-                page_count=parsed.page_count,
-                language=parsed.language,
-                progress=replace(progress, percent=STAGE_SPAN["parse"][1]),
-                warnings=list(document.warnings) + self._parse_warnings(parsed),
-            )
-            return StageResult(items=parsed.page_count)
+    @activity.defn(name="parse_documents")
+    async def parse_documents(self, batch: IngestBatch) -> StageResult:
+        return await self._run_stage(batch, "parse", self._parse_one)
+
+    async def _parse_one(self, stage: _Stage, kb: KnowledgeBase) -> _Done:
+        job, document = stage.job, stage.document
+        key = self._run_prefix(job) + "parsed.json"
+        if await self.blobs.exists(key):
+            parsed = artifacts.parsed_from_json(await artifacts.get_json(self.blobs, key))
+        else:
+            try:
+                data = await self.blobs.read(document.blob_key)
+            except BlobNotFound as error:
+                raise permanent(
+                    "file_missing", "the uploaded file is no longer in the object store"
+                ) from error
+            parsed = await self._parse(document, data)
+            await artifacts.put_json(self.blobs, key, artifacts.parsed_to_json(parsed))
+        progress = replace(
+            document.progress,
+            pages_parsed=parsed.page_count,
+            pages_total=parsed.page_count,
+            percent=STAGE_SPAN["parse"][1],
+        )
+        return _Done(
+            items=parsed.page_count,
+            next_stage="chunk",
+            values={
+                "title": parsed.title,
+                "page_count": parsed.page_count,
+                "language": parsed.language,
+                "progress": progress,
+                "warnings": list(document.warnings) + self._parse_warnings(parsed),
+            },
+        )
 
     def _parse_warnings(self, parsed: ParsedDocument) -> list[Failure]:
         missing = parsed.metadata.get("ocr_missing_pages", "")
@@ -335,6 +442,7 @@ class IngestionActivities:
             return await self._transcribe(document, data)
         loop = asyncio.get_running_loop()
         with tracer.start_as_current_span("ingestion.parse_file") as span:
+            span.set_attribute("ks.document.id", document.id)
             span.set_attribute("ks.file.extension", extension)
             span.set_attribute("ks.file.size_bytes", len(data))
             try:
@@ -392,32 +500,31 @@ class IngestionActivities:
 
     # --- chunk ----------------------------------------------------------------------------------
 
-    @activity.defn(name="chunk_document")
-    async def chunk_document(self, job: IngestInput) -> StageResult:
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            stage = await self._begin(job, "chunk")
-            kb = await self._kb(job)
-            prefix = self._run_prefix(job)
-            try:
-                parsed = artifacts.parsed_from_json(
-                    await artifacts.get_json(self.blobs, prefix + "parsed.json")
-                )
-            except BlobNotFound as error:
-                raise _retryable("artifact_missing", "the parsed document of this run is missing") from error
-            config = kb.chunking.to_config()
+    @activity.defn(name="chunk_documents")
+    async def chunk_documents(self, batch: IngestBatch) -> StageResult:
+        return await self._run_stage(batch, "chunk", self._chunk_one)
+
+    async def _chunk_one(self, stage: _Stage, kb: KnowledgeBase) -> _Done:
+        job = stage.job
+        prefix = self._run_prefix(job)
+        try:
+            parsed = artifacts.parsed_from_json(await artifacts.get_json(self.blobs, prefix + "parsed.json"))
+        except BlobNotFound as error:
+            raise _retryable("artifact_missing", "the parsed document of this run is missing") from error
+        config = kb.chunking.to_config()
+        if sum(len(b.text) for b in parsed.blocks) <= CHUNK_ON_LOOP_CHARS:
+            # Milliseconds of work: on the loop, where a thread hop would cost more than the work.
+            chunks = chunk_document(job.document_id, parsed, config)
+        else:
             loop = asyncio.get_running_loop()
-            # Not on the parser threads: chunking takes milliseconds and must not queue behind OCR.
             chunks = await _heartbeating(
                 loop.run_in_executor(None, chunk_document, job.document_id, parsed, config)
             )
-            if not chunks:
-                raise permanent("empty_document", f"{stage.document.file_name} contains no text to index")
-            await artifacts.put_json(self.blobs, prefix + "chunks.json", artifacts.chunks_to_json(chunks))
-            progress = replace(
-                stage.document.progress, chunks_total=len(chunks), percent=STAGE_SPAN["chunk"][1]
-            )
-            await stage.finish("embed", progress=progress)
-            return StageResult(items=len(chunks))
+        if not chunks:
+            raise permanent("empty_document", f"{stage.document.file_name} contains no text to index")
+        await artifacts.put_json(self.blobs, prefix + "chunks.json", artifacts.chunks_to_json(chunks))
+        progress = replace(stage.document.progress, chunks_total=len(chunks), percent=STAGE_SPAN["chunk"][1])
+        return _Done(items=len(chunks), next_stage="embed", values={"progress": progress})
 
     # --- embed ----------------------------------------------------------------------------------
 
@@ -468,97 +575,100 @@ class IngestionActivities:
         return models
 
     @activity.defn(name="embed_chunks")
-    async def embed_chunks(self, job: IngestInput) -> StageResult:
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            stage = await self._begin(job, "embed")
-            kb = await self._kb(job)
-            chunks = await self._chunks(job)
-            prefix = self._run_prefix(job)
-            per = self.vectors_per_artifact
-            parts = [chunks[i : i + per] for i in range(0, len(chunks), per)]
-            done = 0
-            embedded_now = 0
-            progress = replace(stage.document.progress, chunks_total=len(chunks))
-            with tracer.start_as_current_span("ingestion.embed_batches") as span:
-                span.set_attribute("ks.embedding.model_id", kb.embedding_model_id)
-                span.set_attribute("ks.chunks", len(chunks))
-                for number, part in enumerate(parts):
-                    fresh = False
-                    for model_id, dimension in self._models(kb):
-                        fresh = await self._embed_part(prefix, model_id, dimension, number, part) or fresh
-                    if fresh:
-                        embedded_now += len(part)
-                    done += len(part)
-                    _beat(number)
+    async def embed_chunks(self, batch: IngestBatch) -> StageResult:
+        return await self._run_stage(batch, "embed", self._embed_one)
+
+    async def _embed_one(self, stage: _Stage, kb: KnowledgeBase) -> _Done:
+        job = stage.job
+        chunks = await self._chunks(job)
+        prefix = self._run_prefix(job)
+        per = self.vectors_per_artifact
+        parts = [chunks[i : i + per] for i in range(0, len(chunks), per)]
+        done = 0
+        embedded_now = 0
+        progress = replace(stage.document.progress, chunks_total=len(chunks))
+        with tracer.start_as_current_span("ingestion.embed_batches") as span:
+            span.set_attribute("ks.document.id", job.document_id)
+            span.set_attribute("ks.embedding.model_id", kb.embedding_model_id)
+            span.set_attribute("ks.chunks", len(chunks))
+            for number, part in enumerate(parts):
+                fresh = False
+                for model_id, dimension in self._models(kb):
+                    fresh = await self._embed_part(prefix, model_id, dimension, number, part) or fresh
+                if fresh:
+                    embedded_now += len(part)
+                done += len(part)
+                _beat(number)
+                progress = replace(progress, chunks_embedded=done)
+                if len(parts) > 1:  # a one-part document goes straight on to its finish
                     elapsed = time.perf_counter() - stage.started
                     eta = (len(chunks) - done) * elapsed / embedded_now if embedded_now else None
-                    progress = replace(progress, chunks_embedded=done)
-                    if len(parts) > 1:  # a one-part document goes straight on to its finish
-                        await stage.progress(
-                            done, len(chunks), progress, force=number == len(parts) - 1, eta=eta
-                        )
-                span.set_attribute("ks.chunks.resumed", len(chunks) - embedded_now)
-            await stage.finish(
-                "index", progress=replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None)
-            )
-            return StageResult(items=len(chunks))
+                    await stage.progress(done, len(chunks), progress, force=number == len(parts) - 1, eta=eta)
+            span.set_attribute("ks.chunks.resumed", len(chunks) - embedded_now)
+        progress = replace(progress, percent=STAGE_SPAN["embed"][1], eta_seconds=None)
+        return _Done(items=len(chunks), next_stage="index", values={"progress": progress})
 
     # --- index ----------------------------------------------------------------------------------
 
     @activity.defn(name="index_chunks")
-    async def index_chunks(self, job: IngestInput) -> StageResult:
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            stage = await self._begin(job, "index")
-            kb = await self._kb(job)
-            chunks = await self._chunks(job)
-            prefix = self._run_prefix(job)
-            document = stage.document
-            per = self.vectors_per_artifact
-            embeddings = []
-            for model_id, dimension in self._models(kb):
-                # A migration may have started after the embed stage: embed for its target now.
-                for number in range(0, (len(chunks) + per - 1) // per):
-                    part = chunks[number * per : (number + 1) * per]
-                    await self._embed_part(prefix, model_id, dimension, number, part)
-                embeddings.append((model_id, await self._vectors(prefix, model_id, len(chunks))))
-            messages = [
-                self._chunk_message(job, document, c, [(m, vectors[i]) for m, vectors in embeddings])
-                for i, c in enumerate(chunks)
-            ]
-            progress = replace(document.progress, chunks_total=len(chunks), chunks_embedded=len(chunks))
-            try:
-                for start in range(0, len(messages), self.index_batch_size):
-                    if start:  # the first batch was checked as the stage began
-                        await self._still_current(job)
-                    await self.indexer.index(messages[start : start + self.index_batch_size])
-                    done = min(len(messages), start + self.index_batch_size)
-                    _beat(done)
-                    progress = replace(progress, chunks_indexed=done)
-                    if done < len(messages):
-                        await stage.progress(done, len(messages), progress)
-                if document.ready_time is not None:  # indexed by an earlier run: drop its chunks
-                    await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
-                status = "graph" if kb.graph_enabled else "ready"
-                await self.retrieval.put_document_info(self._info(document, status, len(chunks)))
-            except grpc.aio.AioRpcError as error:
-                _raise_rpc(error, "indexing into retrieval", "indexing_failed")
-            now = datetime.now(UTC)
-            recorded = await stage.finish(
-                status=status,
-                chunk_count=len(chunks),
-                ready_time=now,
-                failure=None,
-                progress=replace(progress, percent=100.0 if status == "ready" else STAGE_SPAN["graph"][0]),
-            )
+    async def index_chunks(self, batch: IngestBatch) -> StageResult:
+        return await self._run_stage(batch, "index", self._index_one)
+
+    async def _index_one(self, stage: _Stage, kb: KnowledgeBase) -> _Done:
+        job, document = stage.job, stage.document
+        chunks = await self._chunks(job)
+        prefix = self._run_prefix(job)
+        per = self.vectors_per_artifact
+        embeddings = []
+        for model_id, dimension in self._models(kb):
+            # A migration may have started after the embed stage: embed for its target now.
+            for number in range(0, (len(chunks) + per - 1) // per):
+                part = chunks[number * per : (number + 1) * per]
+                await self._embed_part(prefix, model_id, dimension, number, part)
+            embeddings.append((model_id, await self._vectors(prefix, model_id, len(chunks))))
+        messages = [
+            self._chunk_message(job, document, c, [(m, vectors[i]) for m, vectors in embeddings])
+            for i, c in enumerate(chunks)
+        ]
+        progress = replace(document.progress, chunks_total=len(chunks), chunks_embedded=len(chunks))
+        status = "graph" if kb.graph_enabled else "ready"
+        try:
+            for start in range(0, len(messages), self.index_batch_size):
+                if start:  # the first batch was checked as the stage began
+                    await self._still_current(job)
+                await self.indexer.index(messages[start : start + self.index_batch_size])
+                done = min(len(messages), start + self.index_batch_size)
+                _beat(done)
+                progress = replace(progress, chunks_indexed=done)
+                if done < len(messages):
+                    await stage.progress(done, len(messages), progress)
+            if document.ready_time is not None:  # indexed by an earlier run: drop its chunks
+                await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
+            await self.retrieval.put_document_info(self._info(document, status, len(chunks)))
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, "indexing into retrieval", "indexing_failed")
+
+        async def after(recorded: bool) -> None:
             if not recorded:
                 # Deleted while the last batch was being written: take back what this run indexed.
                 await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
-                raise permanent("superseded", "the document was deleted while it was being indexed")
-            if status == "ready":
+            elif status == "ready":
                 await self._finished(job, "ready", len(chunks))
             else:
                 await self.emit_progress(job, "graph", STAGE_SPAN["graph"][0], 0, len(chunks), None)
-            return StageResult(items=len(chunks), graph_enabled=kb.graph_enabled)
+
+        percent = 100.0 if status == "ready" else STAGE_SPAN["graph"][0]
+        return _Done(
+            items=len(chunks),
+            values={
+                "status": status,
+                "chunk_count": len(chunks),
+                "ready_time": datetime.now(UTC),
+                "failure": None,
+                "progress": replace(progress, percent=percent),
+            },
+            after=after,
+        )
 
     async def _still_current(self, job: IngestInput) -> None:
         document = await self.store.get_document(job.tenant_id, job.document_id)
@@ -629,136 +739,194 @@ class IngestionActivities:
     # --- graph ----------------------------------------------------------------------------------
 
     @activity.defn(name="extract_graph")
-    async def extract_graph(self, job: IngestInput) -> StageResult:
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            document = await self.store.get_document(job.tenant_id, job.document_id)
-            if document is None or document.ingest_run_id != job.run_id:
-                raise permanent("superseded", "the document was deleted or re-ingested")
-            stage = _Stage(self, job, "graph", document)
-            chunks = await self._chunks(job)
-            batches = gx.batch_chunks(
-                [gx.ChunkText(id=c.id, text=c.text, heading_path=c.heading_path) for c in chunks],
-                GRAPH_BATCH_TOKENS,
+    async def extract_graph(self, batch: IngestBatch) -> StageResult:
+        """Extracts and stores the graph of each document still in the graph stage, then makes it ready.
+
+        A document whose extraction fails for good becomes ready with a warning; an error a retry may
+        fix is raised once the others are done, so the retry redoes only the rest.
+        """
+        with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+            jobs = batch.jobs()
+            found = {
+                d.id: d
+                for d in await self.store.get_documents(batch.tenant_id, [j.document_id for j in jobs])
+            }
+            current = [
+                (job, found[job.document_id])
+                for job in jobs
+                if job.document_id in found
+                and found[job.document_id].ingest_run_id == job.run_id
+                and found[job.document_id].status == "graph"
+            ]
+            outcomes = await asyncio.gather(
+                *(self._graph_one(job, document) for job, document in current), return_exceptions=True
             )
-            results: list[gx.GraphExtraction] = []
-            unreadable: list[str] = []
-            done = 0
-            progress = document.progress
-            for number, batch in enumerate(batches):
-                messages = gx.build_extraction_messages(batch, document.language or "en")
-                try:
-                    raw = await self.modelhub.complete(messages, purpose="graph_extraction")
-                except grpc.aio.AioRpcError as error:
-                    _raise_rpc(error, "extracting entities with the LLM", "graph_failed")
-                try:
-                    results.append(gx.parse_extraction(raw, batch))
-                except gx.ExtractionOutputError as error:
-                    log.warning("graph extraction output unreadable", batch=number, reason=str(error))
-                    unreadable.append(str(error))
-                done += len(batch)
-                _beat(number)
-                progress = replace(progress, chunks_graphed=done)
-                await stage.progress(done, len(chunks), progress)
-            if batches and len(unreadable) == len(batches):
-                # Not one reply could be read: an empty graph would hide that the stage did nothing.
-                raise permanent(
-                    "graph_failed",
-                    f"none of the LLM's {len(batches)} replies held entities and relations: {unreadable[-1]}",
-                )
-            merged = gx.merge_extractions(results)
-            entities = [
-                rpb.EntityInput(
-                    name=e.name,
-                    type=e.type,
-                    description=e.description,
-                    aliases=list(e.aliases),
-                    source_chunk_ids=list(e.source_chunk_ids),
-                )
-                for e in merged.entities
-            ]
-            relations = [
-                rpb.RelationInput(
-                    source_name=r.source_name,
-                    target_name=r.target_name,
-                    type=r.type,
-                    description=r.description,
-                    weight=r.weight,
-                    source_chunk_ids=list(r.source_chunk_ids),
-                )
-                for r in merged.relations
-            ]
+            items = 0
+            retry: BaseException | None = None
+            for (job, _), outcome in zip(current, outcomes, strict=True):
+                if isinstance(outcome, int):
+                    items += outcome
+                    await self._graph_done(job)
+                elif isinstance(outcome, ApplicationError) and outcome.type == PERMANENT:
+                    code, reason, _ = _details(outcome)
+                    await self._graph_done(job, code, reason)
+                elif isinstance(outcome, asyncio.CancelledError):
+                    raise outcome
+                elif retry is None:
+                    retry = outcome
+            if retry is not None:
+                raise retry
+            return StageResult(items=items, graph_enabled=True, remaining=batch.documents)
+
+    async def _graph_one(self, job: IngestInput, document: Document) -> int:
+        stage = _Stage(self, job, "graph", document)
+        chunks = await self._chunks(job)
+        batches = gx.batch_chunks(
+            [gx.ChunkText(id=c.id, text=c.text, heading_path=c.heading_path) for c in chunks],
+            GRAPH_BATCH_TOKENS,
+        )
+        results: list[gx.GraphExtraction] = []
+        unreadable: list[str] = []
+        done = 0
+        progress = document.progress
+        for number, batch in enumerate(batches):
+            messages = gx.build_extraction_messages(batch, document.language or "en")
             try:
-                await self.retrieval.index_graph(job.knowledge_base_id, job.document_id, entities, relations)
+                raw = await self.modelhub.complete(messages, purpose="graph_extraction")
             except grpc.aio.AioRpcError as error:
-                _raise_rpc(error, "storing the graph", "graph_failed")
-            await stage.finish(progress=replace(progress, chunks_graphed=len(chunks)))
-            return StageResult(items=len(entities) + len(relations), graph_enabled=True)
+                _raise_rpc(error, "extracting entities with the LLM", "graph_failed")
+            try:
+                results.append(gx.parse_extraction(raw, batch))
+            except gx.ExtractionOutputError as error:
+                log.warning("graph extraction output unreadable", batch=number, reason=str(error))
+                unreadable.append(str(error))
+            done += len(batch)
+            _beat(number)
+            progress = replace(progress, chunks_graphed=done)
+            await stage.progress(done, len(chunks), progress)
+        if batches and len(unreadable) == len(batches):
+            # Not one reply could be read: an empty graph would hide that the stage did nothing.
+            raise permanent(
+                "graph_failed",
+                f"none of the LLM's {len(batches)} replies held entities and relations: {unreadable[-1]}",
+            )
+        merged = gx.merge_extractions(results)
+        entities = [
+            rpb.EntityInput(
+                name=e.name,
+                type=e.type,
+                description=e.description,
+                aliases=list(e.aliases),
+                source_chunk_ids=list(e.source_chunk_ids),
+            )
+            for e in merged.entities
+        ]
+        relations = [
+            rpb.RelationInput(
+                source_name=r.source_name,
+                target_name=r.target_name,
+                type=r.type,
+                description=r.description,
+                weight=r.weight,
+                source_chunk_ids=list(r.source_chunk_ids),
+            )
+            for r in merged.relations
+        ]
+        try:
+            await self.retrieval.index_graph(job.knowledge_base_id, job.document_id, entities, relations)
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, "storing the graph", "graph_failed")
+        seconds = time.perf_counter() - stage.started
+        await self.store.finish_stages(
+            job.tenant_id,
+            "graph",
+            [
+                (
+                    job.document_id,
+                    job.run_id,
+                    seconds,
+                    {"progress": replace(progress, chunks_graphed=len(chunks))},
+                )
+            ],
+        )
+        return len(entities) + len(relations)
+
+    async def _graph_done(self, job: IngestInput, failure_code: str = "", failure_reason: str = "") -> None:
+        """Makes a document in the graph stage ready, with a warning when its extraction failed."""
+        document = await self.store.get_document(job.tenant_id, job.document_id)
+        if document is None or document.ingest_run_id != job.run_id or document.status != "graph":
+            return
+        warnings = list(document.warnings)
+        if failure_code:
+            warnings.append(
+                Failure(
+                    stage="graph",
+                    code=failure_code,
+                    reason=f"entity extraction failed; the document is searchable without it: "
+                    f"{failure_reason}",
+                    time=datetime.now(UTC),
+                )
+            )
+        updated = await self.store.update_document(
+            job.tenant_id,
+            job.document_id,
+            run_id=job.run_id,
+            status="ready",
+            warnings=warnings,
+            progress=replace(document.progress, percent=100.0, eta_seconds=None),
+        )
+        if updated is None:
+            return
+        try:
+            await self.retrieval.put_document_info(self._info(updated, "ready", updated.chunk_count))
+        except grpc.aio.AioRpcError as error:
+            _raise_rpc(error, "recording the document in retrieval", "indexing_failed")
+        await self._finished(job, "ready", updated.chunk_count)
 
     @activity.defn(name="finish_graph")
     async def finish_graph(self, outcome: GraphOutcome) -> None:
-        job = outcome.job
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            document = await self.store.get_document(job.tenant_id, job.document_id)
-            if document is None or document.ingest_run_id != job.run_id:
-                return
-            warnings = list(document.warnings)
-            if outcome.failure_code:
-                warnings.append(
-                    Failure(
-                        stage="graph",
-                        code=outcome.failure_code,
-                        reason=f"entity extraction failed; the document is searchable without it: "
-                        f"{outcome.failure_reason}",
-                        time=datetime.now(UTC),
-                    )
-                )
-            updated = await self.store.update_document(
-                job.tenant_id,
-                job.document_id,
-                run_id=job.run_id,
-                status="ready",
-                warnings=warnings,
-                progress=replace(document.progress, percent=100.0, eta_seconds=None),
-            )
-            if updated is None:
-                return
-            try:
-                await self.retrieval.put_document_info(self._info(updated, "ready", updated.chunk_count))
-            except grpc.aio.AioRpcError as error:
-                _raise_rpc(error, "recording the document in retrieval", "indexing_failed")
-            await self._finished(job, "ready", updated.chunk_count)
+        """After the graph stage gave up: the documents still in it become ready with the reason."""
+        batch = outcome.batch
+        with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+            for job in batch.jobs():
+                await self._graph_done(job, outcome.failure_code, outcome.failure_reason)
 
     # --- failure --------------------------------------------------------------------------------
 
-    @activity.defn(name="fail_document")
-    async def fail_document(self, failed: FailInput) -> None:
+    @activity.defn(name="fail_documents")
+    async def fail_documents(self, failed: FailInput) -> None:
+        """A stage gave up for the whole batch: every document still in it is marked failed."""
+        batch = failed.batch
+        with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+            for job in batch.jobs():
+                await self._fail_one(job, failed.stage, failed.code, failed.reason, failed.attempts)
+
+    async def _fail_one(self, job: IngestInput, stage: str, code: str, reason: str, attempts: int) -> None:
         """Removes what this run indexed and its artifacts; marks the document failed with the reason."""
-        job = failed.job
-        with bound_identity(Identity(job.tenant_id, job.user_id)):
-            document = await self.store.get_document(job.tenant_id, job.document_id)
-            if document is None or document.ingest_run_id != job.run_id:
-                return  # deleted or superseded: whoever did that owns the clean-up
-            if failed.stage in ("index", "graph") or document.chunk_count > 0:
-                await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
-            await self.blobs.delete_prefix(self._run_prefix(job))
-            failure = Failure(
-                stage=failed.stage,
-                code=failed.code,
-                reason=failed.reason,
-                attempts=max(1, failed.attempts),
-                time=datetime.now(UTC),
-            )
-            await self.store.update_document(
-                job.tenant_id,
-                job.document_id,
-                run_id=job.run_id,
-                status="failed",
-                failure=failure,
-                chunk_count=0,
-                progress=replace(document.progress, eta_seconds=None),
-            )
-            log.info("document failed", document_id=job.document_id, stage=failed.stage, code=failed.code)
-            await self._finished(job, "failed", 0, failure)
+        document = await self.store.get_document(job.tenant_id, job.document_id)
+        if document is None or document.ingest_run_id != job.run_id or document.status == "failed":
+            return  # deleted or superseded (whoever did that owns the clean-up), or failed already
+        if stage in ("index", "graph") or document.chunk_count > 0:
+            await self.retrieval.delete_document(job.knowledge_base_id, job.document_id)
+        await self.blobs.delete_prefix(self._run_prefix(job))
+        failure = Failure(
+            stage=stage,
+            code=code,
+            reason=reason,
+            attempts=max(1, attempts),
+            time=datetime.now(UTC),
+        )
+        await self.store.update_document(
+            job.tenant_id,
+            job.document_id,
+            run_id=job.run_id,
+            status="failed",
+            failure=failure,
+            chunk_count=0,
+            progress=replace(document.progress, eta_seconds=None),
+        )
+        log.info("document failed", document_id=job.document_id, stage=stage, code=code)
+        await self._finished(job, "failed", 0, failure)
 
     # --- embedding-model migration --------------------------------------------------------------
 

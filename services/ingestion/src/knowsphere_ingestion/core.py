@@ -17,6 +17,7 @@ import structlog
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.domain.records import Document
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore, S3BlobStore, build_blob_store
 from knowsphere_runtime.identity import Identity, bound_identity
@@ -126,6 +127,9 @@ class Reconciler:
             with bound_identity(Identity(document.tenant_id, "system")):
                 await self._servicer._purge(document)  # type: ignore[attr-defined]
         cutoff = datetime.now(UTC) - timedelta(seconds=self._interval / 2)
+        runs: dict[str, list[Document]] = {}
         for document in await self._store.stale_queued(cutoff):
-            with bound_identity(Identity(document.tenant_id, "system")):
-                await self._servicer._start(document)  # type: ignore[attr-defined]
+            runs.setdefault(document.ingest_run_id, []).append(document)
+        for documents in runs.values():  # the documents of one upload batch share their run
+            with bound_identity(Identity(documents[0].tenant_id, "system")):
+                await self._servicer._start(documents)  # type: ignore[attr-defined]

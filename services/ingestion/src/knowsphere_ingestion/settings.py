@@ -44,6 +44,16 @@ class Settings(ServiceSettings):
     max_name_length: int = Field(default=128, ge=1)
     max_description_length: int = Field(default=2000, ge=0)
     max_metadata_entries: int = Field(default=32, ge=0)
+    max_files_per_upload: int = Field(
+        default=1000, ge=1, description="files one UploadDocuments stream may carry"
+    )
+    batch_max_documents: int = Field(
+        default=64,
+        ge=1,
+        le=1000,
+        description="documents of one upload ingested together by one workflow (they share embedding "
+        "and indexing calls)",
+    )
     max_page_size: int = Field(default=200, ge=1)
     default_page_size: int = Field(default=50, ge=1)
     max_watch_documents: int = Field(default=500, ge=1)

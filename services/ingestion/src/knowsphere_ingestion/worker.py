@@ -1,4 +1,4 @@
-"""The ingestion workers: ``python -m knowsphere_ingestion.worker`` runs IngestDocument and its activities.
+"""The ingestion workers: ``python -m knowsphere_ingestion.worker`` runs IngestDocuments and its activities.
 
 Workers scale apart from the gRPC API (run as many as the embedding and parsing load needs); they share
 its database and object store and take work from the Temporal task queue. Parsing runs on a thread
@@ -23,7 +23,7 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.peers import EmbedBatcher
 from knowsphere_ingestion.core import Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
-from knowsphere_ingestion.workflows import IngestDocument, MigrateEmbeddings
+from knowsphere_ingestion.workflows import IngestDocuments, MigrateEmbeddings
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.settings import load_settings
@@ -52,7 +52,7 @@ class WorkerComponent:
         self._worker = Worker(
             self._temporal.client,
             task_queue=self._settings.task_queue,
-            workflows=[IngestDocument, MigrateEmbeddings],
+            workflows=[IngestDocuments, MigrateEmbeddings],
             activities=self._activities.all(),
             max_concurrent_activities=self._settings.worker_max_concurrent_activities,
             max_concurrent_workflow_tasks=self._settings.worker_max_concurrent_workflows,

@@ -1,38 +1,66 @@
-"""The IngestDocument workflow: parse → chunk → embed → index → graph, on Temporal.
+"""The IngestDocuments workflow: parse → chunk → embed → index → graph, on Temporal.
 
-The workflow holds no data, only the order of the stages and what happens on failure. Each stage is an
-activity that keeps its output in the object store and records the document's status, so a worker
-that dies mid-stage is replaced by another that resumes that stage (the embed stage even resumes at the
-batch it was on); finished stages are never run again. Activities are idempotent: re-running one with
-the same input writes the same artifacts and the same chunk ids.
+One workflow ingests the documents of one upload (a single file, or up to a batch of the files sent
+together), so many small files cost one workflow and a few activity calls instead of one each: the
+embedding and indexing calls of the whole batch share their batches. Each document still has its own
+status, progress, failure and artifacts; a document that fails is marked failed and dropped from the
+batch while the others go on.
 
-A permanent failure (a corrupt file, a refused model call, retries used up) runs ``fail_document``,
-which removes whatever this run indexed and marks the document failed with the stage and reason. The
-graph stage runs after the document is searchable; its failure leaves a warning, not a failed document.
+The workflow holds no data, only the order of the stages, the documents still on their way and what
+happens on failure. Each stage is an activity that keeps its output per document in the object store
+and records each document's status, so a worker that dies mid-stage is replaced by another that resumes
+that stage (documents that finished it are skipped; the embed stage even resumes at the batch it was
+on); finished stages are never run again. Activities are idempotent: re-running one with the same
+input writes the same artifacts and the same chunk ids.
 
-This module is loaded into Temporal's workflow sandbox: it imports nothing but the SDK and stdlib.
+A stage failing for good (retries used up) runs ``fail_documents``, which removes whatever this run
+indexed for the documents still in the batch and marks them failed with the stage and reason. The
+graph stage runs after the documents are searchable; its failure leaves a warning, not a failed
+document.
+
+This module imports nothing but the SDK and stdlib.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-WORKFLOW_NAME = "IngestDocument"
+WORKFLOW_NAME = "IngestDocuments"
 PERMANENT = "PermanentFailure"
 
 
 @dataclass(frozen=True)
+class DocumentRun:
+    """A document and the ingest run it is in (a re-ingest or a delete supersedes the run)."""
+
+    document_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
 class IngestInput:
+    """One document's job, as the per-document steps of the activities see it."""
+
     tenant_id: str
     user_id: str
     document_id: str
     knowledge_base_id: str
     run_id: str
+
+
+@dataclass(frozen=True)
+class IngestBatch:
+    """The documents of one knowledge base ingested together by one workflow."""
+
+    tenant_id: str
+    user_id: str
+    knowledge_base_id: str
+    documents: list[DocumentRun]
     max_attempts: int = 5
     heartbeat_seconds: float = 30.0
     # Stages as local activities: run in the worker that runs the workflow, recorded in its history
@@ -40,16 +68,24 @@ class IngestInput:
     # by the workflow task timeout and the stage resumes on another worker, as with regular ones.
     local_activities: bool = True
 
+    def jobs(self) -> list[IngestInput]:
+        return [
+            IngestInput(self.tenant_id, self.user_id, d.document_id, self.knowledge_base_id, d.run_id)
+            for d in self.documents
+        ]
+
 
 @dataclass(frozen=True)
 class StageResult:
-    items: int = 0  # pages parsed, chunks made, embedded or indexed
+    items: int = 0  # pages parsed, chunks made, embedded or indexed (over the batch)
     graph_enabled: bool = False
+    # The documents that finished the stage and go on; the others failed or were superseded.
+    remaining: list[DocumentRun] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class FailInput:
-    job: IngestInput
+    batch: IngestBatch
     stage: str
     code: str
     reason: str
@@ -58,13 +94,14 @@ class FailInput:
 
 @dataclass(frozen=True)
 class GraphOutcome:
-    job: IngestInput
+    batch: IngestBatch
     failure_code: str = ""
     failure_reason: str = ""
 
 
-def workflow_id(document_id: str, run_id: str) -> str:
-    return f"ingest-{document_id}-{run_id}"
+def workflow_id(run_id: str) -> str:
+    """The workflow of an ingest run; every document of one upload batch shares the run id."""
+    return f"ingest-{run_id}"
 
 
 def failure_details(error: BaseException) -> tuple[str, str, int]:
@@ -85,7 +122,7 @@ def failure_details(error: BaseException) -> tuple[str, str, int]:
 
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)  # stdlib-only and deterministic: no sandbox needed
-class IngestDocument:
+class IngestDocuments:
     def __init__(self) -> None:
         self._stage = "parse"
 
@@ -94,7 +131,7 @@ class IngestDocument:
         return self._stage
 
     @workflow.run
-    async def run(self, job: IngestInput) -> str:
+    async def run(self, job: IngestBatch) -> str:
         retry = RetryPolicy(
             initial_interval=timedelta(seconds=1),
             backoff_coefficient=2.0,
@@ -104,49 +141,58 @@ class IngestDocument:
         )
         heartbeat = timedelta(seconds=job.heartbeat_seconds)
 
-        async def stage(name: str, timeout: timedelta) -> StageResult:
-            self._stage = name.split("_")[0]  # parse_document → parse, embed_chunks → embed …
+        async def stage(name: str, batch: IngestBatch, timeout: timedelta) -> StageResult:
+            self._stage = name.split("_")[0]  # parse_documents → parse, embed_chunks → embed …
             if job.local_activities:
                 return await workflow.execute_local_activity(
                     name,
-                    job,
+                    batch,
                     start_to_close_timeout=timeout,
                     retry_policy=retry,
                     result_type=StageResult,
                 )
             return await workflow.execute_activity(
                 name,
-                job,
+                batch,
                 start_to_close_timeout=timeout,
                 heartbeat_timeout=heartbeat,
                 retry_policy=retry,
                 result_type=StageResult,
             )
 
+        batch = job
+        graph_enabled = False
         try:
-            await stage("parse_document", timedelta(minutes=30))
-            await stage("chunk_document", timedelta(minutes=10))
-            await stage("embed_chunks", timedelta(hours=6))
-            indexed = await stage("index_chunks", timedelta(hours=1))
+            for name, timeout in (
+                ("parse_documents", timedelta(minutes=30)),
+                ("chunk_documents", timedelta(minutes=10)),
+                ("embed_chunks", timedelta(hours=6)),
+                ("index_chunks", timedelta(hours=1)),
+            ):
+                result = await stage(name, batch, timeout)
+                batch = replace(batch, documents=result.remaining)
+                graph_enabled = result.graph_enabled
+                if not batch.documents:
+                    return "done"
         except (ActivityError, ApplicationError) as error:  # local activities raise the cause
             if isinstance(error.cause, CancelledError):
                 raise
             code, reason, attempts = failure_details(error)
             await workflow.execute_activity(
-                "fail_document",
-                FailInput(job, self._stage, code, reason, attempts),
+                "fail_documents",
+                FailInput(batch, self._stage, code, reason, attempts),
                 start_to_close_timeout=timedelta(minutes=10),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
             )
             return "failed"
-        if not indexed.graph_enabled:
-            return "ready"
+        if not graph_enabled:
+            return "done"
         self._stage = "graph"
-        outcome = GraphOutcome(job)
+        outcome = GraphOutcome(batch)
         try:
             await workflow.execute_activity(
                 "extract_graph",
-                job,
+                batch,
                 start_to_close_timeout=timedelta(hours=2),
                 heartbeat_timeout=heartbeat,
                 retry_policy=retry,
@@ -156,14 +202,14 @@ class IngestDocument:
             if isinstance(error.cause, CancelledError):
                 raise
             code, reason, _ = failure_details(error)
-            outcome = GraphOutcome(job, code, reason)
+            outcome = GraphOutcome(batch, code, reason)
         await workflow.execute_activity(
             "finish_graph",
             outcome,
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
         )
-        return "ready"
+        return "done"
 
 
 MIGRATION_WORKFLOW_NAME = "MigrateEmbeddings"

@@ -7,6 +7,12 @@ memory up to ``multipart.SPOOL_MEMORY_BYTES``, on disk above), never held whole 
 spooled file is then streamed into ``UploadDocument`` in pieces of the upload policy's recommended
 size, with the real size declared. A ``Content-Length`` that cannot fit the size limit is refused
 with 413 before any of the body is read. Progress streams as server-sent events (``event: progress``).
+
+The batch upload (``…/documents/batch``) takes several ``file`` parts (up to the policy's
+``max_files_per_upload``; the ``metadata`` part applies to each), spools each the same way, and
+streams all of them into one ``UploadDocuments`` call, so that ingestion takes them in together. It
+answers one result per file, in order: a refused file (over the size limit here, or refused by
+ingestion) gets its error and the others go on.
 """
 
 import re
@@ -22,7 +28,13 @@ from pydantic import BaseModel, Field
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_gateway.api.errors import ServiceError, service_error
-from knowsphere_gateway.api.multipart import read_spooled, refuse_oversized, spool_upload
+from knowsphere_gateway.api.multipart import (
+    SpooledFile,
+    read_spooled,
+    refuse_oversized,
+    spool_upload,
+    spool_uploads,
+)
 from knowsphere_runtime.identity import Identity, bound_identity
 
 T = TypeVar("T")
@@ -132,6 +144,8 @@ class FileTypeView(BaseModel):
 class UploadPolicyView(BaseModel):
     max_file_size_bytes: int
     recommended_chunk_size_bytes: int
+    max_files_per_upload: int = Field(description="most files one batch upload may carry")
+    batch_max_documents: int = Field(description="most documents ingestion takes in together")
     file_types: list[FileTypeView]
 
 
@@ -190,6 +204,27 @@ class UploadView(BaseModel):
     duplicate: bool = Field(
         description="the same content was already in this knowledge base; nothing new stored"
     )
+
+
+class UploadErrorView(BaseModel):
+    code: str = Field(description="e.g. invalid_argument, payload_too_large, failed_precondition")
+    message: str = Field(description="what was wrong, naming the field and the limit")
+    field: str | None = Field(default=None, description="the part of the upload at fault, e.g. file_name")
+
+
+class UploadResultView(BaseModel):
+    file_name: str
+    document: DocumentView | None = Field(
+        description="the new document (queued) or the existing one with the same content; null when refused"
+    )
+    duplicate: bool = Field(
+        description="the same content was already in this knowledge base; nothing new stored"
+    )
+    error: UploadErrorView | None = Field(description="why the file was refused; nothing of it is kept")
+
+
+class BatchUploadView(BaseModel):
+    results: list[UploadResultView] = Field(description="one per file part, in the order they were sent")
 
 
 def _time(message: Any, name: str) -> datetime | None:
@@ -303,6 +338,8 @@ def _policy_view(policy: pb.GetUploadPolicyResponse) -> UploadPolicyView:
     return UploadPolicyView(
         max_file_size_bytes=policy.max_file_size_bytes,
         recommended_chunk_size_bytes=policy.recommended_chunk_size_bytes,
+        max_files_per_upload=policy.max_files_per_upload,
+        batch_max_documents=policy.batch_max_documents,
         file_types=[
             FileTypeView(
                 extension=t.extension,
@@ -317,18 +354,54 @@ def _policy_view(policy: pb.GetUploadPolicyResponse) -> UploadPolicyView:
 # --- errors --------------------------------------------------------------------------------------
 
 
+def _named_field(code: grpc.StatusCode, message: str) -> tuple[str | None, str]:
+    """The field ingestion names at the start of its message ("field: why"), renamed to what the HTTP
+    caller sent, and the message with that name; (None, message) when it names none."""
+    match = _FIELD_PREFIX.match(message)
+    if match and code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+        field = UPLOAD_FIELDS.get(match.group(1), match.group(1).removeprefix("header."))
+        return field, f"{field}: {match.group(2)}"
+    return None, message
+
+
 def _http_error(error: grpc.aio.AioRpcError) -> ServiceError:
-    """``service_error``, plus the field ingestion names at the start of its message ("field: why"),
-    renamed to what the HTTP caller sent."""
+    """``service_error``, plus the field ingestion names at the start of its message."""
     mapped = service_error(error)
     message = mapped.body.get("message")
     if "field" not in mapped.body and isinstance(message, str):
-        match = _FIELD_PREFIX.match(message)
-        if match and error.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
-            field = UPLOAD_FIELDS.get(match.group(1), match.group(1).removeprefix("header."))
+        field, message = _named_field(error.code(), message)
+        if field is not None:
             mapped.body["field"] = field
-            mapped.body["message"] = f"{field}: {match.group(2)}"
+            mapped.body["message"] = message
     return mapped
+
+
+def _upload_error_view(error: pb.UploadError) -> UploadErrorView:
+    code = (
+        grpc.StatusCode[error.code] if error.code in grpc.StatusCode.__members__ else grpc.StatusCode.UNKNOWN
+    )
+    field, message = _named_field(code, error.message)
+    return UploadErrorView(code=error.code.lower(), message=message, field=field)
+
+
+def _result_view(result: pb.UploadResult) -> UploadResultView:
+    return UploadResultView(
+        file_name=result.file_name,
+        document=_document_view(result.document) if result.HasField("document") else None,
+        duplicate=result.duplicate,
+        error=_upload_error_view(result.error) if result.HasField("error") else None,
+    )
+
+
+def _refused_view(spooled: SpooledFile) -> UploadResultView:
+    """The result of a file refused here, before it reached ingestion."""
+    body = spooled.refusal.body if spooled.refusal is not None else {}
+    return UploadResultView(
+        file_name=spooled.file_name,
+        document=None,
+        duplicate=False,
+        error=UploadErrorView.model_validate(body),
+    )
 
 
 METADATA_HELP = 'a JSON object of strings kept with the document, e.g. {"source": "https://…"}'
@@ -349,6 +422,31 @@ UPLOAD_BODY: dict[str, Any] = {
                         "metadata": {
                             "type": "string",
                             "description": METADATA_HELP,
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+BATCH_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "the files, each with its name: one part named 'file' per file, "
+                            "at most the upload policy's max_files_per_upload",
+                        },
+                        "metadata": {
+                            "type": "string",
+                            "description": f"{METADATA_HELP}; applies to every file",
                         },
                     },
                 }
@@ -391,6 +489,14 @@ def build_knowledge_router(ingestion: Callable[[], Any], caller: Callable[..., I
         return policy
 
     Caller = Annotated[Identity, Depends(caller)]
+
+    async def existing_knowledge_base(kb_id: str, identity: Caller) -> str:
+        # Checked before the body is read, so an unknown id is a plain 404.
+        await call(
+            identity,
+            lambda: ingestion().GetKnowledgeBase(pb.GetKnowledgeBaseRequest(knowledge_base_id=kb_id)),
+        )
+        return kb_id
 
     # --- knowledge bases ---
 
@@ -498,6 +604,68 @@ def build_knowledge_router(ingestion: Callable[[], Any], caller: Callable[..., I
             response.status_code = 200
         return UploadView(document=_document_view(result.document), duplicate=result.duplicate)
 
+    @router.post(
+        "/knowledge-bases/{kb_id}/documents/batch",
+        openapi_extra=BATCH_UPLOAD_BODY,
+        responses={
+            400: {"description": "more files than max_files_per_upload, no file, bad metadata or a bad body"},
+            404: {"description": "no such knowledge base"},
+        },
+    )
+    async def upload_documents(
+        kb_id: Annotated[str, Depends(existing_knowledge_base)], request: Request, identity: Caller
+    ) -> BatchUploadView:
+        """Uploads several files (one multipart part ``file`` each) in one request; ingestion takes them
+        in together, which costs far less per file than one upload each. Answers 200 with one result
+        per file, in order, even when some are refused: a refused file has an ``error`` (nothing of it is
+        kept), the others a ``document`` to watch with ``GET /api/v1/documents/{id}/progress``."""
+        policy = await upload_policy(identity)
+        spooled = await spool_uploads(
+            request.headers.get("content-type"),
+            request.stream(),
+            policy.max_file_size_bytes,
+            policy.max_files_per_upload,
+        )
+        piece = max(policy.recommended_chunk_size_bytes, 4096)
+        try:
+            accepted = [f for f in spooled.files if f.refusal is None]
+
+            async def messages() -> AsyncIterator[pb.UploadDocumentsRequest]:
+                for upload in accepted:
+                    yield pb.UploadDocumentsRequest(
+                        header=pb.UploadHeader(
+                            knowledge_base_id=kb_id,
+                            file_name=upload.file_name,
+                            content_type=upload.content_type,
+                            declared_size_bytes=upload.size,
+                            content_sha256=upload.sha256,
+                            metadata=spooled.metadata,
+                        )
+                    )
+                    while data := await read_spooled(upload.file, piece):
+                        yield pb.UploadDocumentsRequest(chunk=data)
+
+            answered: list[pb.UploadResult] = []
+            if accepted:
+                result = await call(identity, lambda: ingestion().UploadDocuments(messages()))
+                answered = list(result.results)
+        finally:
+            spooled.close()
+        if len(answered) != len(accepted):
+            raise ServiceError(
+                502,
+                {
+                    "code": "bad_gateway",
+                    "message": f"ingestion answered {len(answered)} results for {len(accepted)} files",
+                },
+            )
+        ingested = iter(answered)
+        return BatchUploadView(
+            results=[
+                _result_view(next(ingested)) if f.refusal is None else _refused_view(f) for f in spooled.files
+            ]
+        )
+
     @router.get("/knowledge-bases/{kb_id}/documents")
     async def list_documents(
         kb_id: str,
@@ -567,13 +735,6 @@ def build_knowledge_router(ingestion: Callable[[], Any], caller: Callable[..., I
         # Checked before the stream starts, so an unknown id is a plain 404 rather than an event.
         await call(identity, lambda: ingestion().GetDocument(pb.GetDocumentRequest(document_id=document_id)))
         return document_id
-
-    async def existing_knowledge_base(kb_id: str, identity: Caller) -> str:
-        await call(
-            identity,
-            lambda: ingestion().GetKnowledgeBase(pb.GetKnowledgeBaseRequest(knowledge_base_id=kb_id)),
-        )
-        return kb_id
 
     @router.get(
         "/documents/{document_id}/progress", response_class=EventSourceResponse, responses=PROGRESS_RESPONSE

@@ -1,10 +1,11 @@
 """Streaming ``multipart/form-data`` uploads: the body is parsed as it arrives (python-multipart's push
-parser) and the ``file`` part spooled to a temporary file, never held whole in memory.
+parser) and each ``file`` part spooled to its own temporary file, never held whole in memory.
 
-The file stays in memory up to ``SPOOL_MEMORY_BYTES`` and spills to disk above it (disk writes and
+A file stays in memory up to ``SPOOL_MEMORY_BYTES`` and spills to disk above it (disk writes and
 reads run off the event loop); its size and sha256 are computed on the way. An optional
-``metadata`` part holds a JSON object of strings. Reading stops as soon as the file goes over the
-size limit.
+``metadata`` part holds a JSON object of strings. ``spool_upload`` takes one file and stops reading as
+soon as it goes over the size limit; ``spool_uploads`` takes several (up to a count limit) and refuses
+a file over the size limit on its own, dropping its bytes, so that the others go on.
 """
 
 from __future__ import annotations
@@ -220,19 +221,109 @@ async def read_spooled(file: Any, size: int) -> bytes:
     return data
 
 
-async def spool_upload(
-    content_type: str | None, body: AsyncIterable[bytes], max_file_bytes: int
-) -> SpooledUpload:
-    """Parses the multipart ``body`` as it arrives, spooling the ``file`` part; the caller closes
-    ``SpooledUpload.file``. On error the file is closed and a ``ServiceError`` raised (415 not
-    multipart, 413 file over ``max_file_bytes``, 400 anything else)."""
+@dataclass
+class SpooledFile:
+    """One ``file`` part of ``spool_uploads``: its bytes in ``file``, or, when it was refused on its
+    own (over the size limit), ``refusal`` and no file."""
+
+    file_name: str
+    content_type: str
+    file: IO[bytes] | None = None
+    size: int = 0
+    sha256: str = ""
+    refusal: ServiceError | None = None
+
+
+@dataclass
+class SpooledFiles:
+    """The ``file`` parts of one body, in order, and the ``metadata`` that applies to all of them; the
+    caller calls ``close``."""
+
+    files: list[SpooledFile]
+    metadata: dict[str, str]
+
+    def close(self) -> None:
+        for spooled in self.files:
+            if spooled.file is not None:
+                spooled.file.close()
+
+
+class _Spooler:
+    """Takes the parser's events and spools every ``file`` part to its own temporary file."""
+
+    def __init__(self, max_file_bytes: int, max_files: int, too_many: str, refuse_file_alone: bool) -> None:
+        self.files: list[SpooledFile] = []
+        self.metadata_raw: bytearray | None = None
+        self._max_file_bytes = max_file_bytes
+        self._max_files = max_files
+        self._too_many = too_many
+        self._refuse_file_alone = refuse_file_alone
+        self._digest = hashlib.sha256()
+        self._current: str | None = None  # "file", "metadata", or None for parts that are skipped
+
+    async def start(self, part: PartStart) -> None:
+        await self._finish_file()
+        self._current = None
+        if part.name == "file":
+            if len(self.files) >= self._max_files:
+                raise _error(400, "invalid_argument", self._too_many, "file")
+            if part.filename is None:
+                raise _error(400, "invalid_argument", "file: the part 'file' must be a file upload", "file")
+            self.files.append(
+                SpooledFile(
+                    file_name=part.filename,
+                    content_type=part.content_type,
+                    file=tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES),  # noqa: SIM115 - closed by the caller
+                )
+            )
+            self._digest = hashlib.sha256()
+            self._current = "file"
+        elif part.name == "metadata":
+            self.metadata_raw, self._current = bytearray(), "metadata"
+
+    async def data(self, data: bytes) -> None:
+        if self._current == "file":
+            spooled = self.files[-1]
+            if spooled.file is None:
+                return  # refused: the rest of its bytes are dropped
+            spooled.size += len(data)
+            if spooled.size > self._max_file_bytes:
+                if not self._refuse_file_alone:
+                    raise _too_large(self._max_file_bytes)
+                spooled.file.close()
+                spooled.file, spooled.refusal = None, _too_large(self._max_file_bytes)
+                return
+            self._digest.update(data)
+            await _write(spooled.file, data)
+        elif self._current == "metadata" and self.metadata_raw is not None:
+            self.metadata_raw += data
+            if len(self.metadata_raw) > MAX_METADATA_PART_BYTES:
+                raise _error(
+                    400,
+                    "invalid_argument",
+                    f"metadata: over the limit of {MAX_METADATA_PART_BYTES} bytes",
+                    "metadata",
+                )
+
+    async def _finish_file(self) -> None:
+        if self._current == "file" and self.files[-1].file is not None:
+            self.files[-1].sha256 = self._digest.hexdigest()
+            await asyncio.to_thread(self.files[-1].file.seek, 0)
+
+    async def finish(self) -> SpooledFiles:
+        await self._finish_file()
+        self._current = None
+        if not self.files:
+            raise _error(400, "invalid_argument", "file: required (a multipart part named 'file')", "file")
+        metadata = _metadata(bytes(self.metadata_raw) if self.metadata_raw is not None else None)
+        return SpooledFiles(files=self.files, metadata=metadata)
+
+    def close(self) -> None:
+        SpooledFiles(self.files, {}).close()
+
+
+async def _spool(content_type: str | None, body: AsyncIterable[bytes], spooler: _Spooler) -> SpooledFiles:
     boundary = _boundary(content_type)
-    file: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115 - closed by the caller
-    digest = hashlib.sha256()
-    size = 0
-    file_part: PartStart | None = None
-    metadata_raw: bytearray | None = None
-    current: str | None = None  # "file", "metadata", or None for parts that are skipped
     events = _Events()
     try:
         parser = MultipartParser(
@@ -246,53 +337,53 @@ async def spool_upload(
             parser.write(data)
             for event in events.take():
                 if isinstance(event, PartStart):
-                    current = None
-                    if event.name == "file":
-                        if file_part is not None:
-                            raise _error(400, "invalid_argument", "file: only one file per upload", "file")
-                        if event.filename is None:
-                            raise _error(
-                                400, "invalid_argument", "file: the part 'file' must be a file upload", "file"
-                            )
-                        file_part, current = event, "file"
-                    elif event.name == "metadata":
-                        metadata_raw, current = bytearray(), "metadata"
-                elif current == "file":
-                    size += len(event)
-                    if size > max_file_bytes:
-                        raise _too_large(max_file_bytes)
-                    digest.update(event)
-                    await _write(file, event)
-                elif current == "metadata" and metadata_raw is not None:
-                    metadata_raw += event
-                    if len(metadata_raw) > MAX_METADATA_PART_BYTES:
-                        raise _error(
-                            400,
-                            "invalid_argument",
-                            f"metadata: over the limit of {MAX_METADATA_PART_BYTES} bytes",
-                            "metadata",
-                        )
+                    await spooler.start(event)
+                else:
+                    await spooler.data(event)
             if events.done:
                 break  # an epilogue is ignored
         if not events.done:
             raise MultipartError("the body ended before the closing boundary")
-        if file_part is None:
-            raise _error(400, "invalid_argument", "file: required (a multipart part named 'file')", "file")
-        await asyncio.to_thread(file.seek, 0)
-        return SpooledUpload(
-            file=file,
-            file_name=file_part.filename or "",
-            content_type=file_part.content_type,
-            size=size,
-            sha256=digest.hexdigest(),
-            metadata=_metadata(bytes(metadata_raw) if metadata_raw is not None else None),
-        )
+        return await spooler.finish()
     except (MultipartError, FormParserError) as error:
-        file.close()
+        spooler.close()
         raise _error(400, "invalid_argument", f"file: malformed multipart body: {error}", "file") from error
     except BaseException:
-        file.close()
+        spooler.close()
         raise
+
+
+async def spool_upload(
+    content_type: str | None, body: AsyncIterable[bytes], max_file_bytes: int
+) -> SpooledUpload:
+    """Parses the multipart ``body`` as it arrives, spooling the ``file`` part; the caller closes
+    ``SpooledUpload.file``. On error the file is closed and a ``ServiceError`` raised (415 not
+    multipart, 413 file over ``max_file_bytes``, 400 anything else)."""
+    spooler = _Spooler(max_file_bytes, 1, "file: only one file per upload", refuse_file_alone=False)
+    spooled = await _spool(content_type, body, spooler)
+    only = spooled.files[0]
+    assert only.file is not None  # an oversized file raised
+    return SpooledUpload(
+        file=only.file,
+        file_name=only.file_name,
+        content_type=only.content_type,
+        size=only.size,
+        sha256=only.sha256,
+        metadata=spooled.metadata,
+    )
+
+
+async def spool_uploads(
+    content_type: str | None, body: AsyncIterable[bytes], max_file_bytes: int, max_files: int
+) -> SpooledFiles:
+    """Parses the multipart ``body`` as it arrives, spooling each of its ``file`` parts; the caller
+    closes the result. A file over ``max_file_bytes`` is refused on its own (``SpooledFile.refusal``,
+    a 413 body) and the others go on. On error every file is closed and a ``ServiceError`` raised
+    (415 not multipart, 400 more than ``max_files`` files, no file, bad metadata or a malformed
+    body)."""
+    too_many = f"file: more than {max_files} files in one upload (max_files_per_upload is {max_files})"
+    spooler = _Spooler(max_file_bytes, max_files, too_many, refuse_file_alone=True)
+    return await _spool(content_type, body, spooler)
 
 
 __all__ = [
@@ -300,8 +391,11 @@ __all__ = [
     "MAX_PART_HEADER_BYTES",
     "MULTIPART_ALLOWANCE_BYTES",
     "SPOOL_MEMORY_BYTES",
+    "SpooledFile",
+    "SpooledFiles",
     "SpooledUpload",
     "read_spooled",
     "refuse_oversized",
     "spool_upload",
+    "spool_uploads",
 ]

@@ -496,27 +496,76 @@ class IngestionStore(SqlDatabase):
             return None
         return await self.get_document(tenant, document_id)
 
-    async def finish_stage(
-        self, tenant: str, document_id: str, run_id: str, stage: str, seconds: float, **values: Any
-    ) -> Document | None:
-        """Stores a stage's results and adds the time it took, in one transaction, for the current run."""
-        values = _document_columns(values)
-        condition = (
-            documents.c.tenant_id == tenant,
-            documents.c.id == document_id,
-            documents.c.ingest_run_id == run_id,
-            documents.c.deleting.is_(False),
-        )
+    async def set_stage(
+        self, tenant: str, entries: Sequence[tuple[str, str, Progress]], status: str
+    ) -> dict[str, Document]:
+        """Sets the status and progress of documents (id, run id, progress) in one transaction, each
+        only while that run is its current one; returns the documents changed, by id."""
+        now = _now()
         async with self.engine.begin() as conn:
-            current = (await conn.execute(select(documents.c.stage_seconds).where(*condition))).first()
-            if current is None:
-                return None
-            merged = dict(current[0] or {})
-            merged[stage] = round(float(merged.get(stage, 0.0)) + seconds, 6)
-            await conn.execute(
-                update(documents).where(*condition).values(stage_seconds=merged, update_time=_now(), **values)
+            for document_id, run_id, progress in entries:
+                await conn.execute(
+                    update(documents)
+                    .where(
+                        documents.c.tenant_id == tenant,
+                        documents.c.id == document_id,
+                        documents.c.ingest_run_id == run_id,
+                        documents.c.deleting.is_(False),
+                    )
+                    .values(status=status, progress=_progress_to_json(progress), update_time=now)
+                )
+        changed = await self.get_documents(tenant, [e[0] for e in entries])
+        runs = {document_id: run_id for document_id, run_id, _ in entries}
+        return {d.id: d for d in changed if d.ingest_run_id == runs[d.id] and d.status == status}
+
+    async def finish_stages(
+        self, tenant: str, stage: str, entries: Sequence[tuple[str, str, float, dict[str, Any]]]
+    ) -> dict[str, Document]:
+        """Stores the results of one stage for documents (id, run id, seconds, values) in one
+        transaction, adding the time each took; only for runs still current. Returns the documents
+        recorded, by id."""
+        if not entries:
+            return {}
+        ids = [e[0] for e in entries]
+        runs = {document_id: run_id for document_id, run_id, _, _ in entries}
+        now = _now()
+        async with self.engine.begin() as conn:
+            rows = await conn.execute(
+                select(documents.c.id, documents.c.ingest_run_id, documents.c.stage_seconds).where(
+                    documents.c.tenant_id == tenant,
+                    documents.c.id.in_(ids),
+                    documents.c.deleting.is_(False),
+                )
             )
-        return await self.get_document(tenant, document_id)
+            current = {row[0]: dict(row[2] or {}) for row in rows if runs.get(row[0]) == row[1]}
+            for document_id, run_id, seconds, values in entries:
+                if document_id not in current:
+                    continue
+                merged = current[document_id]
+                merged[stage] = round(float(merged.get(stage, 0.0)) + seconds, 6)
+                await conn.execute(
+                    update(documents)
+                    .where(
+                        documents.c.tenant_id == tenant,
+                        documents.c.id == document_id,
+                        documents.c.ingest_run_id == run_id,
+                    )
+                    .values(stage_seconds=merged, update_time=now, **_document_columns(values))
+                )
+        return {d.id: d for d in await self.get_documents(tenant, list(current)) if d.id in current}
+
+    async def run_size(self, tenant: str, run_id: str) -> int:
+        """How many documents an ingest run holds (the documents of one upload batch share it)."""
+        async with self.engine.connect() as conn:
+            return int(
+                (
+                    await conn.execute(
+                        select(func.count()).where(
+                            documents.c.tenant_id == tenant, documents.c.ingest_run_id == run_id
+                        )
+                    )
+                ).scalar_one()
+            )
 
     async def stage_seconds(self, tenant: str, kb_id: str) -> list[dict[str, float]]:
         async with self.engine.connect() as conn:

@@ -53,7 +53,8 @@ from knowsphere_ingestion.storage.blobs import BlobStore, BlobTooLarge
 from knowsphere_ingestion.workflows import (
     MIGRATION_WORKFLOW_NAME,
     WORKFLOW_NAME,
-    IngestInput,
+    DocumentRun,
+    IngestBatch,
     MigrateInput,
     migration_workflow_id,
     workflow_id,
@@ -197,6 +198,61 @@ def kb_pb(kb: KnowledgeBase) -> pb.KnowledgeBase:
     return message
 
 
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _refused(file_name: str, error: RequestError) -> pb.UploadResult:
+    return pb.UploadResult(
+        file_name=file_name, error=pb.UploadError(code=error.code.name, message=error.message)
+    )
+
+
+class _FileStream:
+    """The messages of an UploadDocuments stream as files: a header, then that file's bytes."""
+
+    def __init__(self, messages: AsyncIterator[pb.UploadDocumentsRequest]) -> None:
+        self._messages = aiter(messages)
+        self._header: pb.UploadHeader | None = None  # the next file's header, once read
+        self._ended = False
+
+    async def _next(self) -> pb.UploadDocumentsRequest | None:
+        if self._ended:
+            return None
+        message = await anext(self._messages, None)
+        if message is None:
+            self._ended = True
+        return message
+
+    async def next_header(self) -> pb.UploadHeader | None:
+        """The next file's header; None at the end of the stream."""
+        if self._header is None:
+            message = await self._next()
+            if message is None:
+                return None
+            if not message.HasField("header"):
+                raise invalid("header", "each file must start with a header message")
+            self._header = message.header
+        header, self._header = self._header, None
+        return header
+
+    async def file_bytes(self) -> AsyncIterator[bytes]:
+        """The bytes of the current file, up to the next header."""
+        while self._header is None:
+            message = await self._next()
+            if message is None:
+                return
+            if message.HasField("header"):
+                self._header = message.header
+                return
+            yield message.chunk
+
+    async def skip_file(self) -> None:
+        """Reads past what is left of the current file."""
+        async for _ in self.file_bytes():
+            pass
+
+
 @dataclass
 class _Upload:
     """What the byte stream of an upload turned out to be."""
@@ -287,10 +343,12 @@ class IngestionServicer:
             raise invalid("language_hint", f"{value!r} is not a BCP-47 tag such as 'zh' or 'en'")
         return value
 
-    async def _kb(self, kb_id: str, field: str = "knowledge_base_id") -> KnowledgeBase:
+    async def _kb(
+        self, kb_id: str, field: str = "knowledge_base_id", *, with_counts: bool = True
+    ) -> KnowledgeBase:
         if not kb_id:
             raise invalid(field, "required")
-        kb = await self._store.get_kb(require_identity().tenant_id, kb_id)
+        kb = await self._store.get_kb(require_identity().tenant_id, kb_id, with_counts=with_counts)
         if kb is None:
             raise not_found("knowledge base", kb_id)
         return kb
@@ -467,8 +525,8 @@ class IngestionServicer:
             )
             if not await self._store.delete_kb(tenant, kb.id):
                 raise not_found("knowledge base", kb.id)
-            for document in documents:
-                await self._cancel(document)
+            for run_id in sorted({d.ingest_run_id for d in documents}):
+                await self._cancel_run(run_id)  # every document of the run goes with the knowledge base
             await self._retrieval.delete_knowledge_base(kb.id)
             await self._blobs.delete_prefix(artifacts.kb_prefix(tenant, kb.id))
             await self._store.purge_kb_documents(tenant, kb.id)
@@ -492,6 +550,8 @@ class IngestionServicer:
             return pb.GetUploadPolicyResponse(
                 max_file_size_bytes=self._settings.max_file_size_bytes,
                 recommended_chunk_size_bytes=self._settings.upload_chunk_size_bytes,
+                max_files_per_upload=self._settings.max_files_per_upload,
+                batch_max_documents=self._settings.batch_max_documents,
                 file_types=[
                     pb.SupportedFileType(
                         extension=t.extension.lstrip("."),
@@ -504,8 +564,15 @@ class IngestionServicer:
 
         return await self._run(context, work)
 
-    async def _check_header(self, header: pb.UploadHeader) -> KnowledgeBase:
-        kb = await self._kb(header.knowledge_base_id, "header.knowledge_base_id")
+    async def _check_header(
+        self, header: pb.UploadHeader, known: dict[str, KnowledgeBase] | None = None
+    ) -> KnowledgeBase:
+        """Checks an upload's header; returns its knowledge base (from ``known`` when there)."""
+        kb = (known or {}).get(header.knowledge_base_id)
+        if kb is None:
+            kb = await self._kb(header.knowledge_base_id, "header.knowledge_base_id", with_counts=False)
+            if known is not None:
+                known[kb.id] = kb
         name = header.file_name
         if not name or "/" in name or "\\" in name or "\x00" in name or len(name) > 255:
             raise invalid("header.file_name", "a plain file name (no path), 1–255 characters, is required")
@@ -551,6 +618,99 @@ class IngestionServicer:
                 raise invalid("header.metadata", f"key {key[:64]!r}: keys 1–64 and values ≤ 2048 characters")
         return kb
 
+    async def _receive(
+        self,
+        tenant: str,
+        kb: KnowledgeBase,
+        header: pb.UploadHeader,
+        messages: AsyncIterator[bytes],
+        run_id: str,
+    ) -> Document:
+        """Stores the bytes of one file whose header was checked and records it (queued, in run
+        ``run_id``).
+
+        Raises RequestError for a refused file and DuplicateContent when the knowledge base holds the
+        same content; either way nothing of the file is kept."""
+        span = trace.get_current_span()
+        span.set_attribute("ks.knowledge_base.id", kb.id)
+        span.set_attribute("ks.file.declared_size_bytes", header.declared_size_bytes)
+        document_id = uuid.uuid4().hex
+        key = artifacts.file_key(tenant, kb.id, document_id)
+        seen = _Upload()
+        digest = hashlib.sha256()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for data in messages:
+                if len(seen.head) < SNIFF_BYTES:
+                    seen.head += data[: SNIFF_BYTES - len(seen.head)]
+                    problem = (
+                        check_content(header.file_name, seen.head)
+                        if len(seen.head) >= min(SNIFF_BYTES, header.declared_size_bytes)
+                        else None
+                    )
+                    if problem:
+                        raise invalid("header.file_name", problem)
+                seen.size += len(data)
+                digest.update(data)
+                yield data
+
+        limit = min(header.declared_size_bytes, self._settings.max_file_size_bytes)
+        try:
+            stored = await self._blobs.put(key, chunks(), max_bytes=limit)
+        except BlobTooLarge as error:
+            raise invalid(
+                "chunk",
+                f"more bytes arrived than the declared {header.declared_size_bytes} "
+                f"(limit {self._settings.max_file_size_bytes} bytes)",
+            ) from error
+        try:
+            if stored.size_bytes != header.declared_size_bytes:
+                raise invalid(
+                    "header.declared_size_bytes",
+                    f"declared {header.declared_size_bytes} bytes but {stored.size_bytes} arrived",
+                )
+            if header.content_sha256 and header.content_sha256.lower() != stored.sha256:
+                raise invalid("header.content_sha256", f"does not match the content ({stored.sha256})")
+            problem = check_content(header.file_name, seen.head)
+            if problem:
+                raise invalid("header.file_name", problem)
+            existing = await self._store.find_by_content(tenant, kb.id, stored.sha256)
+            if existing is not None:
+                raise DuplicateContent(existing)
+            now = datetime.now(UTC)
+            document = Document(
+                id=document_id,
+                tenant_id=tenant,
+                knowledge_base_id=kb.id,
+                file_name=header.file_name,
+                content_type=BY_EXTENSION[extension_of(header.file_name)].content_types[0],
+                size_bytes=stored.size_bytes,
+                content_sha256=stored.sha256,
+                blob_key=key,
+                status="queued",
+                ingest_run_id=run_id,
+                metadata=dict(header.metadata),
+                create_time=now,
+                update_time=now,
+            )
+            await self._store.create_document(document)
+        except BaseException:
+            await self._blobs.delete(key)
+            raise
+        span.set_attribute("ks.document.id", document.id)
+        log.info("document uploaded", document_id=document.id, size=stored.size_bytes)
+        return document
+
+    async def _start_or_drop(self, documents: list[Document]) -> None:
+        """Starts the ingestion of freshly uploaded documents; if that fails, they are not kept."""
+        try:
+            await self._start(documents)
+        except BaseException:
+            for document in documents:
+                await self._store.purge_document(document.tenant_id, document.id)
+                await self._blobs.delete(document.blob_key)
+            raise
+
     async def UploadDocument(
         self, request_iterator: AsyncIterator[pb.UploadDocumentRequest], context: Any
     ) -> Any:
@@ -559,122 +719,134 @@ class IngestionServicer:
             first = await anext(aiter(request_iterator), None)
             if first is None or not first.HasField("header"):
                 raise invalid("header", "the first message of an upload must carry the header")
-            header = first.header
+
+            async def chunks() -> AsyncIterator[bytes]:
+                async for message in request_iterator:
+                    if message.HasField("header"):
+                        raise invalid(
+                            "header",
+                            "only the first message may carry a header (several files go through "
+                            "UploadDocuments)",
+                        )
+                    yield message.chunk
+
             with tracer.start_as_current_span("ingestion.upload") as span:
-                kb = await self._check_header(header)
-                span.set_attribute("ks.knowledge_base.id", kb.id)
-                span.set_attribute("ks.file.declared_size_bytes", header.declared_size_bytes)
-                document_id = uuid.uuid4().hex
-                key = artifacts.file_key(tenant, kb.id, document_id)
-                seen = _Upload()
-                digest = hashlib.sha256()
-
-                async def chunks() -> AsyncIterator[bytes]:
-                    async for message in request_iterator:
-                        if message.HasField("header"):
-                            raise invalid("header", "only the first message may carry a header")
-                        data = message.chunk
-                        if len(seen.head) < SNIFF_BYTES:
-                            seen.head += data[: SNIFF_BYTES - len(seen.head)]
-                            problem = (
-                                check_content(header.file_name, seen.head)
-                                if len(seen.head) >= min(SNIFF_BYTES, header.declared_size_bytes)
-                                else None
-                            )
-                            if problem:
-                                raise invalid("header.file_name", problem)
-                        seen.size += len(data)
-                        digest.update(data)
-                        yield data
-
-                limit = min(header.declared_size_bytes, self._settings.max_file_size_bytes)
                 try:
-                    stored = await self._blobs.put(key, chunks(), max_bytes=limit)
-                except BlobTooLarge as error:
-                    raise invalid(
-                        "chunk",
-                        f"more bytes arrived than the declared {header.declared_size_bytes} "
-                        f"(limit {self._settings.max_file_size_bytes} bytes)",
-                    ) from error
-                try:
-                    if stored.size_bytes != header.declared_size_bytes:
-                        raise invalid(
-                            "header.declared_size_bytes",
-                            f"declared {header.declared_size_bytes} bytes but {stored.size_bytes} arrived",
-                        )
-                    if header.content_sha256 and header.content_sha256.lower() != stored.sha256:
-                        raise invalid(
-                            "header.content_sha256", f"does not match the content ({stored.sha256})"
-                        )
-                    problem = check_content(header.file_name, seen.head)
-                    if problem:
-                        raise invalid("header.file_name", problem)
-                    existing = await self._store.find_by_content(tenant, kb.id, stored.sha256)
-                    if existing is not None:
-                        raise DuplicateContent(existing)
-                    now = datetime.now(UTC)
-                    document = Document(
-                        id=document_id,
-                        tenant_id=tenant,
-                        knowledge_base_id=kb.id,
-                        file_name=header.file_name,
-                        content_type=BY_EXTENSION[extension_of(header.file_name)].content_types[0],
-                        size_bytes=stored.size_bytes,
-                        content_sha256=stored.sha256,
-                        blob_key=key,
-                        status="queued",
-                        ingest_run_id=uuid.uuid4().hex[:16],
-                        metadata=dict(header.metadata),
-                        create_time=now,
-                        update_time=now,
-                    )
-                    await self._store.create_document(document)
+                    kb = await self._check_header(first.header)
+                    document = await self._receive(tenant, kb, first.header, chunks(), new_run_id())
                 except DuplicateContent as duplicate:
-                    await self._blobs.delete(key)
                     span.set_attribute("ks.document.duplicate", True)
                     return pb.UploadDocumentResponse(document=document_pb(duplicate.existing), duplicate=True)
-                except BaseException:
-                    await self._blobs.delete(key)
-                    raise
-                span.set_attribute("ks.document.id", document.id)
                 try:
-                    await self._start(document)
+                    await self._start_or_drop([document])
                 except RequestError as error:
-                    await self._store.purge_document(tenant, document.id)
-                    await self._blobs.delete(key)
                     raise RequestError(
                         error.code, f"{error.message}; nothing was stored, retry later"
                     ) from error
-                except BaseException:
-                    await self._store.purge_document(tenant, document.id)
-                    await self._blobs.delete(key)
-                    raise
-                log.info("document uploaded", document_id=document.id, size=stored.size_bytes)
                 return pb.UploadDocumentResponse(document=document_pb(document), duplicate=False)
 
         return await self._run(context, work)
 
-    def _job(self, document: Document) -> IngestInput:
+    async def UploadDocuments(
+        self, request_iterator: AsyncIterator[pb.UploadDocumentsRequest], context: Any
+    ) -> Any:
+        async def work() -> pb.UploadDocumentsResponse:
+            tenant = require_identity().tenant_id
+            stream = _FileStream(request_iterator)
+            results: list[pb.UploadResult] = []
+            # Per knowledge base: the run its next documents join, and those not started yet (with
+            # the index of their result). One workflow ingests one run of one knowledge base.
+            groups: dict[str, tuple[str, list[tuple[Document, int]]]] = {}
+            known: dict[str, KnowledgeBase] = {}
+            limit = self._settings.max_files_per_upload
+
+            async def start_group(kb_id: str) -> None:
+                _, group = groups.pop(kb_id)
+                documents = [document for document, _ in group]
+                try:
+                    await self._start_or_drop(documents)
+                except RequestError as error:
+                    for _, index in group:
+                        results[index] = pb.UploadResult(
+                            file_name=results[index].file_name,
+                            error=pb.UploadError(
+                                code=error.code.name,
+                                message=f"{error.message}; nothing was stored, retry later",
+                            ),
+                        )
+
+            with tracer.start_as_current_span("ingestion.upload") as span:
+                header = await stream.next_header()
+                if header is None:
+                    raise invalid("header", "the first message of an upload must carry a header")
+                while header is not None:
+                    if len(results) >= limit:
+                        results.append(
+                            _refused(
+                                header.file_name, invalid("header", f"more than {limit} files in one upload")
+                            )
+                        )
+                        await stream.skip_file()
+                    else:
+                        with tracer.start_as_current_span("ingestion.upload_file"):
+                            try:
+                                kb = await self._check_header(header, known)
+                                run_id, group = groups.setdefault(kb.id, (new_run_id(), []))
+                                document = await self._receive(
+                                    tenant, kb, header, stream.file_bytes(), run_id
+                                )
+                            except DuplicateContent as duplicate:
+                                results.append(
+                                    pb.UploadResult(
+                                        file_name=header.file_name,
+                                        document=document_pb(duplicate.existing),
+                                        duplicate=True,
+                                    )
+                                )
+                            except RequestError as error:
+                                results.append(_refused(header.file_name, error))
+                            else:
+                                results.append(
+                                    pb.UploadResult(
+                                        file_name=header.file_name, document=document_pb(document)
+                                    )
+                                )
+                                group.append((document, len(results) - 1))
+                        await stream.skip_file()  # what a refused file had left in the stream
+                        for kb_id, (_, group) in list(groups.items()):
+                            if len(group) >= self._settings.batch_max_documents:
+                                await start_group(kb_id)
+                    header = await stream.next_header()
+                for kb_id in list(groups):
+                    if groups[kb_id][1]:
+                        await start_group(kb_id)
+                span.set_attribute("ks.upload.files", len(results))
+                span.set_attribute("ks.upload.refused", sum(1 for r in results if r.HasField("error")))
+            return pb.UploadDocumentsResponse(results=results)
+
+        return await self._run(context, work)
+
+    def _batch(self, documents: list[Document]) -> IngestBatch:
         identity = require_identity()
-        return IngestInput(
-            tenant_id=document.tenant_id,
+        first = documents[0]
+        return IngestBatch(
+            tenant_id=first.tenant_id,
             user_id=identity.user_id,
-            document_id=document.id,
-            knowledge_base_id=document.knowledge_base_id,
-            run_id=document.ingest_run_id,
+            knowledge_base_id=first.knowledge_base_id,
+            documents=[DocumentRun(d.id, d.ingest_run_id) for d in documents],
             max_attempts=self._settings.activity_max_attempts,
             heartbeat_seconds=self._settings.activity_heartbeat_seconds,
             local_activities=self._settings.local_activities,
         )
 
-    async def _start(self, document: Document) -> None:
-        """Starts the document's workflow; UNAVAILABLE (a RequestError) when Temporal cannot be reached."""
-        job = self._job(document)
+    async def _start(self, documents: list[Document]) -> None:
+        """Starts the workflow of documents of one run; UNAVAILABLE (a RequestError) when Temporal
+        cannot be reached."""
         try:
             await self._temporal().start_workflow(
                 WORKFLOW_NAME,
-                job,
-                id=workflow_id(document.id, document.ingest_run_id),
+                self._batch(documents),
+                id=workflow_id(documents[0].ingest_run_id),
                 task_queue=self._settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
@@ -685,14 +857,18 @@ class IngestionServicer:
                 grpc.StatusCode.UNAVAILABLE, f"the workflow service (Temporal) cannot be reached: {error}"
             ) from error
 
-    def _handle(self, document: Document) -> WorkflowHandle[Any, Any]:
-        return self._temporal().get_workflow_handle(workflow_id(document.id, document.ingest_run_id))
-
     async def _cancel(self, document: Document) -> None:
-        """Cancels the document's workflow and waits (bounded) until it stopped touching the indexes."""
+        """Cancels the workflow of a document ingested alone and waits (bounded) until it stopped
+        touching the indexes. A workflow ingesting other documents too goes on: it drops this one at
+        its next step, and takes back anything it indexed for it after the deletion."""
         if document.status in TERMINAL:
             return
-        handle = self._handle(document)
+        if await self._store.run_size(document.tenant_id, document.ingest_run_id) > 1:
+            return
+        await self._cancel_run(document.ingest_run_id)
+
+    async def _cancel_run(self, run_id: str) -> None:
+        handle: WorkflowHandle[Any, Any] = self._temporal().get_workflow_handle(workflow_id(run_id))
         try:
             await handle.cancel()
             await asyncio.wait_for(handle.result(), timeout=DELETE_WAIT_SECONDS)
@@ -771,7 +947,7 @@ class IngestionServicer:
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"document {document.id} is still being ingested ({document.status})",
                 )
-            run_id = uuid.uuid4().hex[:16]
+            run_id = new_run_id()
             updated = await self._store.update_document(
                 tenant,
                 document.id,
@@ -786,7 +962,7 @@ class IngestionServicer:
                     grpc.StatusCode.ABORTED, f"document {document.id} changed meanwhile; retry"
                 )
             try:
-                await self._start(updated)
+                await self._start([updated])
             except RequestError:
                 # Recorded as queued: the reconciler starts it once Temporal answers again.
                 log.warning("re-ingest queued while Temporal is unreachable", document_id=document.id)

@@ -323,14 +323,18 @@ class SupportedFileType(_message.Message):
     def __init__(self, extension: _Optional[str] = ..., content_types: _Optional[_Iterable[str]] = ..., missing_components: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetUploadPolicyResponse(_message.Message):
-    __slots__ = ("max_file_size_bytes", "file_types", "recommended_chunk_size_bytes")
+    __slots__ = ("max_file_size_bytes", "file_types", "recommended_chunk_size_bytes", "max_files_per_upload", "batch_max_documents")
     MAX_FILE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     FILE_TYPES_FIELD_NUMBER: _ClassVar[int]
     RECOMMENDED_CHUNK_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILES_PER_UPLOAD_FIELD_NUMBER: _ClassVar[int]
+    BATCH_MAX_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     max_file_size_bytes: int
     file_types: _containers.RepeatedCompositeFieldContainer[SupportedFileType]
     recommended_chunk_size_bytes: int
-    def __init__(self, max_file_size_bytes: _Optional[int] = ..., file_types: _Optional[_Iterable[_Union[SupportedFileType, _Mapping]]] = ..., recommended_chunk_size_bytes: _Optional[int] = ...) -> None: ...
+    max_files_per_upload: int
+    batch_max_documents: int
+    def __init__(self, max_file_size_bytes: _Optional[int] = ..., file_types: _Optional[_Iterable[_Union[SupportedFileType, _Mapping]]] = ..., recommended_chunk_size_bytes: _Optional[int] = ..., max_files_per_upload: _Optional[int] = ..., batch_max_documents: _Optional[int] = ...) -> None: ...
 
 class UploadHeader(_message.Message):
     __slots__ = ("knowledge_base_id", "file_name", "content_type", "declared_size_bytes", "content_sha256", "metadata")
@@ -370,6 +374,40 @@ class UploadDocumentResponse(_message.Message):
     document: Document
     duplicate: bool
     def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class UploadDocumentsRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: UploadHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class UploadResult(_message.Message):
+    __slots__ = ("file_name", "document", "duplicate", "error")
+    FILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    file_name: str
+    document: Document
+    duplicate: bool
+    error: UploadError
+    def __init__(self, file_name: _Optional[str] = ..., document: _Optional[_Union[Document, _Mapping]] = ..., duplicate: _Optional[bool] = ..., error: _Optional[_Union[UploadError, _Mapping]] = ...) -> None: ...
+
+class UploadDocumentsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[UploadResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[UploadResult, _Mapping]]] = ...) -> None: ...
 
 class GetDocumentRequest(_message.Message):
     __slots__ = ("document_id",)

@@ -70,6 +70,11 @@ class IngestionServiceStub:
                 request_serializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentRequest.SerializeToString,
                 response_deserializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentResponse.FromString,
                 _registered_method=True)
+        self.UploadDocuments = channel.stream_unary(
+                '/knowsphere.ingestion.v1.IngestionService/UploadDocuments',
+                request_serializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsRequest.SerializeToString,
+                response_deserializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsResponse.FromString,
+                _registered_method=True)
         self.GetDocument = channel.unary_unary(
                 '/knowsphere.ingestion.v1.IngestionService/GetDocument',
                 request_serializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.GetDocumentRequest.SerializeToString,
@@ -161,6 +166,18 @@ class IngestionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadDocuments(self, request_iterator, context):
+        """Uploads several files in one stream: each file is a header message followed by its bytes, then
+        the next file's header, and so on. Each file is checked, stored and deduplicated as by
+        UploadDocument; a refused file gets its error in its result (nothing of it is kept) and the others
+        go on. The accepted files are ingested together, in workflows of up to the server's batch size
+        (see GetUploadPolicy), which costs far less per file than one upload each. Results come in the
+        order of the files. At most `max_files_per_upload` files per stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDocument(self, request, context):
         """Returns one document with its status. NOT_FOUND when unknown.
         """
@@ -238,6 +255,11 @@ def add_IngestionServiceServicer_to_server(servicer, server):
                     servicer.UploadDocument,
                     request_deserializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentRequest.FromString,
                     response_serializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentResponse.SerializeToString,
+            ),
+            'UploadDocuments': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadDocuments,
+                    request_deserializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsRequest.FromString,
+                    response_serializer=knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsResponse.SerializeToString,
             ),
             'GetDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDocument,
@@ -455,6 +477,33 @@ class IngestionService:
             '/knowsphere.ingestion.v1.IngestionService/UploadDocument',
             knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentRequest.SerializeToString,
             knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadDocuments(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/knowsphere.ingestion.v1.IngestionService/UploadDocuments',
+            knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsRequest.SerializeToString,
+            knowsphere_dot_ingestion_dot_v1_dot_ingestion__pb2.UploadDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
