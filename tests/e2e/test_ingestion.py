@@ -71,13 +71,22 @@ class Api:
         return await self.ingestion.UploadDocument(requests())
 
     async def upload_many(
-        self, kb_id: str, files: list[tuple[str, bytes]], *, piece: int = 64 * 1024
+        self,
+        kb_id: str,
+        files: list[tuple[str, bytes]],
+        *,
+        piece: int = 64 * 1024,
+        other: dict[str, str] | None = None,
     ) -> list[pb.UploadResult]:
+        """Uploads files in one UploadDocuments stream, into ``kb_id`` or, by file name, ``other``."""
+
         async def requests() -> AsyncIterator[pb.UploadDocumentsRequest]:
             for file_name, data in files:
                 yield pb.UploadDocumentsRequest(
                     header=pb.UploadHeader(
-                        knowledge_base_id=kb_id, file_name=file_name, declared_size_bytes=len(data)
+                        knowledge_base_id=(other or {}).get(file_name, kb_id),
+                        file_name=file_name,
+                        declared_size_bytes=len(data),
                     )
                 )
                 for start in range(0, len(data), piece):
@@ -300,6 +309,7 @@ def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any
 
     async def work(api: Api) -> None:
         kb = await api.kb()
+        elsewhere = await api.kb()
         results = await api.upload_many(
             kb.id,
             [
@@ -308,8 +318,10 @@ def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any
                 ("broken.pdf", corrupt),
                 ("handbook.md", handbook),
                 ("policy-copy.md", POLICY),
+                ("policy-elsewhere.md", POLICY),
             ],
             piece=40,
+            other={"policy-elsewhere.md": elsewhere.id},
         )
         assert [r.file_name for r in results] == [
             "policy.md",
@@ -317,12 +329,15 @@ def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any
             "broken.pdf",
             "handbook.md",
             "policy-copy.md",
+            "policy-elsewhere.md",
         ]
-        policy, empty, broken, travel, copy = results
+        policy, empty, broken, travel, copy, second = results
         assert empty.error.code == "INVALID_ARGUMENT" and "declared_size_bytes" in empty.error.message
         assert not empty.HasField("document")
         assert copy.duplicate and copy.document.id == policy.document.id
-        for accepted in (policy, broken, travel):
+        # The same content in another knowledge base is a document of its own there.
+        assert not second.duplicate and second.document.knowledge_base_id == elsewhere.id
+        for accepted in (policy, broken, travel, second):
             assert not accepted.HasField("error"), accepted.error
             assert accepted.document.status == pb.DOCUMENT_STATUS_QUEUED
 
@@ -332,6 +347,8 @@ def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any
         assert failed.failure.stage == pb.INGESTION_STAGE_PARSE and failed.failure.code == "corrupt_file"
         ready = [(await api.wait(r.document.id))[0] for r in (policy, travel)]
         assert all(d.status == pb.DOCUMENT_STATUS_READY for d in ready), [d.failure for d in ready]
+        there, _ = await api.wait(second.document.id)
+        assert there.status == pb.DOCUMENT_STATUS_READY and (await api.stats(elsewhere.id)).chunk_count > 0
         listed = await api.ingestion.ListDocuments(pb.ListDocumentsRequest(knowledge_base_id=kb.id))
         assert sorted(d.file_name for d in listed.documents) == ["broken.pdf", "handbook.md", "policy.md"]
         stats = await api.stats(kb.id)

@@ -326,8 +326,9 @@ def main() -> None:
     parser.add_argument(
         "--files-per-upload",
         type=int,
-        default=32,
-        help="files per UploadDocuments stream (1 = one UploadDocument call per file)",
+        default=64,
+        help="files per UploadDocuments stream (1 = one UploadDocument call per file); 64 fills one of "
+        "ingestion's batches (batch_max_documents)",
     )
     parser.add_argument(
         "--embed-threads",

