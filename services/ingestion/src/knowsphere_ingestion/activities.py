@@ -289,18 +289,19 @@ class IngestionActivities:
             starting = [(job, d) for job, d in todo if d.status != status]
             low = STAGE_SPAN[stage][0]
             if starting:
-                began = await self.store.set_stage(
+                for job, document in starting:
+                    found[job.document_id] = replace(
+                        document,
+                        status=status,
+                        progress=replace(document.progress, percent=low, eta_seconds=None),
+                    )
+                await self.store.set_stage(
                     batch.tenant_id,
-                    [
-                        (job.document_id, job.run_id, replace(d.progress, percent=low, eta_seconds=None))
-                        for job, d in starting
-                    ],
+                    [(job.document_id, job.run_id, found[job.document_id].progress) for job, _ in starting],
                     status,
                 )
                 for job, _ in starting:
-                    if job.document_id in began:
-                        found[job.document_id] = began[job.document_id]
-                        await self.emit_progress(job, status, low, 0, 0, None)
+                    await self.emit_progress(job, status, low, 0, 0, None)
             stages = [_Stage(self, job, stage, found[job.document_id]) for job, _ in todo]
             outcomes = await asyncio.gather(*(work(s, kb) for s in stages), return_exceptions=True)
             finished: list[tuple[_Stage, _Done]] = []
@@ -345,13 +346,9 @@ class IngestionActivities:
                 items += done.items
                 remaining.append(current.job)
                 if done.next_stage is not None:
+                    progress = done.values.get("progress", current.document.progress)
                     await self.emit_progress(
-                        current.job,
-                        STAGE_STATUS[done.next_stage],
-                        recorded[current.job.document_id].progress.percent,
-                        0,
-                        0,
-                        None,
+                        current.job, STAGE_STATUS[done.next_stage], progress.percent, 0, 0, None
                     )
             if retry is not None:
                 raise retry

@@ -70,6 +70,13 @@ class Settings(ServiceSettings):
     embed_batch_wait_ms: int = Field(
         default=50, ge=0, description="how long the embed batcher waits to fill a batch across documents"
     )
+    embed_calls_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Embed calls a worker keeps open at once: with two, the model finds the next batch "
+        "waiting as it finishes one",
+    )
     index_batch_size: int = Field(default=128, ge=1, description="chunks per IndexChunks call")
     activity_max_attempts: int = Field(default=5, ge=1)
     local_activities: bool = Field(

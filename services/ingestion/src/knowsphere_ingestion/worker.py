@@ -101,7 +101,10 @@ def main() -> None:
             modelhub=modelhub,
             retrieval=retrieval,
             batcher=EmbedBatcher(
-                modelhub, batch_size=settings.embed_batch_size, max_wait=settings.embed_batch_wait_ms / 1000
+                modelhub,
+                batch_size=settings.embed_batch_size,
+                max_wait=settings.embed_batch_wait_ms / 1000,
+                max_in_flight=settings.embed_calls_in_flight,
             ),
             publish=publish,
             parse_executor=ThreadPoolExecutor(

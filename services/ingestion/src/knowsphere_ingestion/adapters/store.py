@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    bindparam,
     delete,
     func,
     select,
@@ -496,63 +497,78 @@ class IngestionStore(SqlDatabase):
             return None
         return await self.get_document(tenant, document_id)
 
-    async def set_stage(
-        self, tenant: str, entries: Sequence[tuple[str, str, Progress]], status: str
-    ) -> dict[str, Document]:
-        """Sets the status and progress of documents (id, run id, progress) in one transaction, each
-        only while that run is its current one; returns the documents changed, by id."""
-        now = _now()
+    async def set_stage(self, tenant: str, entries: Sequence[tuple[str, str, Progress]], status: str) -> None:
+        """Sets the status and progress of documents (id, run id, progress) in one statement run once
+        per document, each only while that run is its current one."""
+        if not entries:
+            return
+        statement = (
+            update(documents)
+            .where(
+                documents.c.tenant_id == tenant,
+                documents.c.id == bindparam("b_id"),
+                documents.c.ingest_run_id == bindparam("b_run"),
+                documents.c.deleting.is_(False),
+            )
+            .values(status=status, progress=bindparam("b_progress"), update_time=_now())
+        )
+        rows = [
+            {"b_id": document_id, "b_run": run_id, "b_progress": _progress_to_json(progress)}
+            for document_id, run_id, progress in entries
+        ]
         async with self.engine.begin() as conn:
-            for document_id, run_id, progress in entries:
-                await conn.execute(
-                    update(documents)
-                    .where(
-                        documents.c.tenant_id == tenant,
-                        documents.c.id == document_id,
-                        documents.c.ingest_run_id == run_id,
-                        documents.c.deleting.is_(False),
-                    )
-                    .values(status=status, progress=_progress_to_json(progress), update_time=now)
-                )
-        changed = await self.get_documents(tenant, [e[0] for e in entries])
-        runs = {document_id: run_id for document_id, run_id, _ in entries}
-        return {d.id: d for d in changed if d.ingest_run_id == runs[d.id] and d.status == status}
+            await conn.execute(statement, rows)
 
     async def finish_stages(
         self, tenant: str, stage: str, entries: Sequence[tuple[str, str, float, dict[str, Any]]]
-    ) -> dict[str, Document]:
-        """Stores the results of one stage for documents (id, run id, seconds, values) in one
-        transaction, adding the time each took; only for runs still current. Returns the documents
-        recorded, by id."""
+    ) -> set[str]:
+        """Stores the results of one stage for documents (id, run id, seconds, values — the same
+        fields for each) in one transaction, adding the time each took; only for runs still current.
+        Returns the ids of the documents recorded."""
         if not entries:
-            return {}
-        ids = [e[0] for e in entries]
+            return set()
         runs = {document_id: run_id for document_id, run_id, _, _ in entries}
-        now = _now()
+        columns = sorted(_document_columns(entries[0][3]))
+        statement = (
+            update(documents)
+            .where(
+                documents.c.tenant_id == tenant,
+                documents.c.id == bindparam("b_id"),
+                documents.c.ingest_run_id == bindparam("b_run"),
+            )
+            .values(
+                stage_seconds=bindparam("b_stage_seconds"),
+                update_time=_now(),
+                **{name: bindparam(f"b_{name}") for name in columns},
+            )
+        )
         async with self.engine.begin() as conn:
-            rows = await conn.execute(
+            found = await conn.execute(
                 select(documents.c.id, documents.c.ingest_run_id, documents.c.stage_seconds).where(
                     documents.c.tenant_id == tenant,
-                    documents.c.id.in_(ids),
+                    documents.c.id.in_(list(runs)),
                     documents.c.deleting.is_(False),
                 )
             )
-            current = {row[0]: dict(row[2] or {}) for row in rows if runs.get(row[0]) == row[1]}
+            current = {row[0]: dict(row[2] or {}) for row in found if runs.get(row[0]) == row[1]}
+            rows = []
             for document_id, run_id, seconds, values in entries:
                 if document_id not in current:
                     continue
-                merged = current[document_id]
-                merged[stage] = round(float(merged.get(stage, 0.0)) + seconds, 6)
-                await conn.execute(
-                    update(documents)
-                    .where(
-                        documents.c.tenant_id == tenant,
-                        documents.c.id == document_id,
-                        documents.c.ingest_run_id == run_id,
-                    )
-                    .values(stage_seconds=merged, update_time=now, **_document_columns(values))
+                spent = current[document_id]
+                spent[stage] = round(float(spent.get(stage, 0.0)) + seconds, 6)
+                encoded = _document_columns(values)
+                rows.append(
+                    {
+                        "b_id": document_id,
+                        "b_run": run_id,
+                        "b_stage_seconds": spent,
+                        **{f"b_{name}": encoded[name] for name in columns},
+                    }
                 )
-        return {d.id: d for d in await self.get_documents(tenant, list(current)) if d.id in current}
+            if rows:
+                await conn.execute(statement, rows)
+        return set(current)
 
     async def run_size(self, tenant: str, run_id: str) -> int:
         """How many documents an ingest run holds (the documents of one upload batch share it)."""
