@@ -412,3 +412,25 @@ async def test_deleting_a_knowledge_base_removes_its_document_info(store):
     await store.put_document_info(DocumentMetadata(A, "kb-2", "doc-2"))
     assert await store.delete_knowledge_base(A, "kb-1") == []
     assert [g.document_id for g in await store.get_document_info(A, ["doc-1", "doc-2"])] == ["doc-2"]
+
+
+async def test_several_documents_info_is_stored_in_one_call_replacing_earlier_records(store):
+    await store.put_document_info(DocumentMetadata(A, "kb-1", "doc-1", title="old title"))
+    await store.put_document_infos(
+        [
+            DocumentMetadata(A, "kb-1", "doc-1", title="new title", page_count=3),
+            DocumentMetadata(A, "kb-1", "doc-2", title="second"),
+            DocumentMetadata(B, "kb-9", "doc-3", title="another tenant's"),
+        ]
+    )
+    got = await store.get_document_info(A, ["doc-1", "doc-2", "doc-3"])
+    assert [(g.document_id, g.metadata.title) for g in got] == [("doc-1", "new title"), ("doc-2", "second")]
+    assert got[0].metadata.page_count == 3
+    (other,) = await store.get_document_info(B, ["doc-3"])
+    assert other.metadata.title == "another tenant's"
+    # One bad record refuses the whole call: nothing of it is stored.
+    with pytest.raises(ValueError, match="document_id"):
+        await store.put_document_infos(
+            [DocumentMetadata(A, "kb-1", "doc-4", title="fine"), DocumentMetadata(A, "kb-1", "")]
+        )
+    assert await store.get_document_info(A, ["doc-4"]) == []

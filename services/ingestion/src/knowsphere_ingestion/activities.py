@@ -29,7 +29,7 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.convert import timestamp
 from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
 from knowsphere_ingestion import artifacts
-from knowsphere_ingestion.adapters.peers import EmbedBatcher, IndexBatcher, ModelHub, Retrieval
+from knowsphere_ingestion.adapters.peers import EmbedBatcher, ModelHub, Retrieval, WriteBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain import graph_extraction as gx
 from knowsphere_ingestion.domain.chunking import ChunkDraft, chunk_document
@@ -208,7 +208,7 @@ class IngestionActivities:
         modelhub: ModelHub,
         retrieval: Retrieval,
         batcher: EmbedBatcher,
-        indexer: IndexBatcher | None = None,
+        indexer: WriteBatcher[rpb.Chunk] | None = None,
         publish: Publish,
         parse_executor: Executor,
         index_batch_size: int = 128,
@@ -219,7 +219,11 @@ class IngestionActivities:
         self.modelhub = modelhub
         self.retrieval = retrieval
         self.batcher = batcher
-        self.indexer = indexer or IndexBatcher(retrieval, batch_size=index_batch_size)
+        self.indexer = indexer or WriteBatcher(retrieval.index, batch_size=index_batch_size)
+        # The metadata of documents finishing their index stage together goes in one call.
+        self.infos: WriteBatcher[rpb.DocumentMetadata] = WriteBatcher(
+            retrieval.put_document_infos, batch_size=index_batch_size
+        )
         self.publish = publish
         self.parse_executor = parse_executor
         self.index_batch_size = index_batch_size
@@ -635,7 +639,7 @@ class IngestionActivities:
             for start in range(0, len(messages), self.index_batch_size):
                 if start:  # the first batch was checked as the stage began
                     await self._still_current(job)
-                await self.indexer.index(messages[start : start + self.index_batch_size])
+                await self.indexer.write(messages[start : start + self.index_batch_size])
                 done = min(len(messages), start + self.index_batch_size)
                 _beat(done)
                 progress = replace(progress, chunks_indexed=done)
@@ -643,7 +647,7 @@ class IngestionActivities:
                     await stage.progress(done, len(messages), progress)
             if document.ready_time is not None:  # indexed by an earlier run: drop its chunks
                 await self.retrieval.prune(job.knowledge_base_id, job.document_id, job.run_id)
-            await self.retrieval.put_document_info(self._info(document, status, len(chunks)))
+            await self.infos.write([self._info(document, status, len(chunks))])
         except grpc.aio.AioRpcError as error:
             _raise_rpc(error, "indexing into retrieval", "indexing_failed")
 

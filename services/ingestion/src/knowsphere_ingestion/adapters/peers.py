@@ -135,7 +135,10 @@ class Retrieval:
         return response.indexed_count
 
     async def put_document_info(self, info: rpb.DocumentMetadata) -> None:
-        await self._stub.PutDocumentInfo(rpb.PutDocumentInfoRequest(document=info))
+        await self.put_document_infos([info])
+
+    async def put_document_infos(self, infos: Sequence[rpb.DocumentMetadata]) -> None:
+        await self._stub.PutDocumentInfo(rpb.PutDocumentInfoRequest(documents=list(infos)))
 
     async def prune(self, kb_id: str, document_id: str, keep_run_id: str) -> int:
         response = await self._stub.PruneDocumentChunks(
@@ -293,21 +296,22 @@ class EmbedBatcher:
         return await self._calls.submit(model_id, texts)
 
 
-class IndexBatcher:
-    """Writes chunks of many documents to retrieval together (per tenant).
+class WriteBatcher(Generic[T]):
+    """Writes items of many documents to retrieval together (per tenant), e.g. their chunks or their
+    metadata.
 
-    Each IndexChunks call costs retrieval an index commit, whatever its size, so documents finishing
-    at the same time share calls. A caller's chunks are written when its await returns.
+    Each write costs retrieval a commit, whatever its size, so documents finishing at the same time
+    share calls. A caller's items are written when its await returns.
     """
 
-    def __init__(self, retrieval: Retrieval, *, batch_size: int, max_in_flight: int = 1) -> None:
-        async def index(_: str, chunks: list[rpb.Chunk]) -> list[None]:
-            await retrieval.index(chunks)
-            return [None] * len(chunks)
+    def __init__(
+        self, write: Callable[[list[T]], Awaitable[None]], *, batch_size: int, max_in_flight: int = 1
+    ) -> None:
+        async def call(_: str, items: list[T]) -> list[None]:
+            await write(items)
+            return [None] * len(items)
 
-        self._calls: Coalescer[rpb.Chunk, None] = Coalescer(
-            index, batch_size=batch_size, max_in_flight=max_in_flight
-        )
+        self._calls: Coalescer[T, None] = Coalescer(call, batch_size=batch_size, max_in_flight=max_in_flight)
 
-    async def index(self, chunks: Sequence[rpb.Chunk]) -> None:
-        await self._calls.submit("", chunks)
+    async def write(self, items: Sequence[T]) -> None:
+        await self._calls.submit("", items)

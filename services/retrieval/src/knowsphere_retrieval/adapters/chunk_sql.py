@@ -353,22 +353,32 @@ class SqlChunkStore(SqlDatabase):
 
     async def put_document_info(self, info: DocumentMetadata) -> None:
         """Store the document's metadata, replacing the previous record."""
-        for name in ("tenant_id", "knowledge_base_id", "document_id"):
-            if not getattr(info, name):
-                raise ValueError(f"{name} of the document info must not be empty")
-        owner = f"document {info.document_id!r}"
-        for name in ("file_name", "title", "content_type", "language"):
-            _check_text(name, owner, getattr(info, name))
-        for key, value in info.metadata.items():
-            _check_text("metadata", owner, key + value)
-        row = _document_row(info)
-        statement = self.insert(document_table).values(row)
+        await self.put_document_infos([info])
+
+    async def put_document_infos(self, infos: Sequence[DocumentMetadata]) -> None:
+        """Store several documents' metadata in one transaction, each replacing its previous record."""
+        rows = []
+        for info in infos:
+            for name in ("tenant_id", "knowledge_base_id", "document_id"):
+                if not getattr(info, name):
+                    raise ValueError(f"{name} of the document info must not be empty")
+            owner = f"document {info.document_id!r}"
+            for name in ("file_name", "title", "content_type", "language"):
+                _check_text(name, owner, getattr(info, name))
+            for key, value in info.metadata.items():
+                _check_text("metadata", owner, key + value)
+            rows.append(_document_row(info))
+        if not rows:
+            return
+        statement = self.insert(document_table)
         statement = statement.on_conflict_do_update(
             index_elements=[document_table.c.tenant_id, document_table.c.document_id],
-            set_={name: statement.excluded[name] for name in row if name not in ("tenant_id", "document_id")},
+            set_={
+                name: statement.excluded[name] for name in rows[0] if name not in ("tenant_id", "document_id")
+            },
         )
         async with self.engine.begin() as conn:
-            await conn.execute(statement)
+            await conn.execute(statement, rows)
 
     async def put_kb_config(self, config: KnowledgeBaseConfig) -> None:
         """Store a knowledge base's index settings, replacing the previous ones."""

@@ -329,6 +329,10 @@ class ChunkStore(Protocol):
 
     async def put_document_info(self, info: DocumentMetadata) -> None: ...
 
+    async def put_document_infos(self, infos: Sequence[DocumentMetadata]) -> None:
+        """Several documents' metadata in one transaction."""
+        ...
+
     async def get_document_info(self, tenant_id: str, document_ids: Sequence[str]) -> list[DocumentInfo]:
         """Info of the documents that have metadata or chunks, in request order; others are skipped."""
         ...

@@ -280,24 +280,31 @@ class RetrievalServicer:
     async def PutDocumentInfo(self, request: pb.PutDocumentInfoRequest, context: Any) -> Any:
         async def work() -> pb.PutDocumentInfoResponse:
             tenant = require_identity().tenant_id
-            document = request.document
-            await self._chunks.put_document_info(
-                DocumentMetadata(
-                    tenant_id=tenant,
-                    knowledge_base_id=document.knowledge_base_id,
-                    document_id=document.document_id,
-                    file_name=document.file_name,
-                    title=document.title,
-                    content_type=document.content_type,
-                    size_bytes=document.size_bytes,
-                    page_count=document.page_count,
-                    language=document.language,
-                    status=document.status,
-                    create_time=document.create_time.ToDatetime(tzinfo=UTC)
-                    if document.HasField("create_time")
-                    else None,
-                    metadata=dict(document.metadata),
+            given = ([request.document] if request.HasField("document") else []) + list(request.documents)
+            if not given:
+                raise invalid(
+                    "document", "at least one document's metadata (document or documents) is required"
                 )
+            await self._chunks.put_document_infos(
+                [
+                    DocumentMetadata(
+                        tenant_id=tenant,
+                        knowledge_base_id=document.knowledge_base_id,
+                        document_id=document.document_id,
+                        file_name=document.file_name,
+                        title=document.title,
+                        content_type=document.content_type,
+                        size_bytes=document.size_bytes,
+                        page_count=document.page_count,
+                        language=document.language,
+                        status=document.status,
+                        create_time=document.create_time.ToDatetime(tzinfo=UTC)
+                        if document.HasField("create_time")
+                        else None,
+                        metadata=dict(document.metadata),
+                    )
+                    for document in given
+                ]
             )
             return pb.PutDocumentInfoResponse()
 

@@ -196,10 +196,12 @@ class DocumentMetadata(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., knowledge_base_id: _Optional[str] = ..., file_name: _Optional[str] = ..., title: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., page_count: _Optional[int] = ..., language: _Optional[str] = ..., status: _Optional[_Union[DocumentStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PutDocumentInfoRequest(_message.Message):
-    __slots__ = ("document",)
+    __slots__ = ("document", "documents")
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     document: DocumentMetadata
-    def __init__(self, document: _Optional[_Union[DocumentMetadata, _Mapping]] = ...) -> None: ...
+    documents: _containers.RepeatedCompositeFieldContainer[DocumentMetadata]
+    def __init__(self, document: _Optional[_Union[DocumentMetadata, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[DocumentMetadata, _Mapping]]] = ...) -> None: ...
 
 class PutDocumentInfoResponse(_message.Message):
     __slots__ = ()
