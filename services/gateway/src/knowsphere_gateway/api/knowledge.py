@@ -38,6 +38,7 @@ from knowsphere_gateway.api.multipart import (
 from knowsphere_runtime.identity import Identity, bound_identity
 
 T = TypeVar("T")
+M = TypeVar("M")
 
 # The upload policy is a server setting; re-read it at most this often.
 UPLOAD_POLICY_TTL_SECONDS = 60.0
@@ -404,6 +405,24 @@ def _refused_view(spooled: SpooledFile) -> UploadResultView:
     )
 
 
+async def _file_messages(
+    message: Callable[..., M], kb_id: str, upload: Any, metadata: dict[str, str], piece: int
+) -> AsyncIterator[M]:
+    """A spooled file as upload messages of type ``message``: its header, then its bytes in pieces."""
+    yield message(
+        header=pb.UploadHeader(
+            knowledge_base_id=kb_id,
+            file_name=upload.file_name,
+            content_type=upload.content_type,
+            declared_size_bytes=upload.size,
+            content_sha256=upload.sha256,
+            metadata=metadata,
+        )
+    )
+    while data := await read_spooled(upload.file, piece):
+        yield message(chunk=data)
+
+
 METADATA_HELP = 'a JSON object of strings kept with the document, e.g. {"source": "https://…"}'
 UPLOAD_BODY: dict[str, Any] = {
     "requestBody": {
@@ -584,18 +603,10 @@ def build_knowledge_router(ingestion: Callable[[], Any], caller: Callable[..., I
         try:
 
             async def messages() -> AsyncIterator[pb.UploadDocumentRequest]:
-                yield pb.UploadDocumentRequest(
-                    header=pb.UploadHeader(
-                        knowledge_base_id=kb_id,
-                        file_name=upload.file_name,
-                        content_type=upload.content_type,
-                        declared_size_bytes=upload.size,
-                        content_sha256=upload.sha256,
-                        metadata=upload.metadata,
-                    )
-                )
-                while data := await read_spooled(upload.file, piece):
-                    yield pb.UploadDocumentRequest(chunk=data)
+                async for message in _file_messages(
+                    pb.UploadDocumentRequest, kb_id, upload, upload.metadata, piece
+                ):
+                    yield message
 
             result = await call(identity, lambda: ingestion().UploadDocument(messages()))
         finally:
@@ -632,18 +643,10 @@ def build_knowledge_router(ingestion: Callable[[], Any], caller: Callable[..., I
 
             async def messages() -> AsyncIterator[pb.UploadDocumentsRequest]:
                 for upload in accepted:
-                    yield pb.UploadDocumentsRequest(
-                        header=pb.UploadHeader(
-                            knowledge_base_id=kb_id,
-                            file_name=upload.file_name,
-                            content_type=upload.content_type,
-                            declared_size_bytes=upload.size,
-                            content_sha256=upload.sha256,
-                            metadata=spooled.metadata,
-                        )
-                    )
-                    while data := await read_spooled(upload.file, piece):
-                        yield pb.UploadDocumentsRequest(chunk=data)
+                    async for message in _file_messages(
+                        pb.UploadDocumentsRequest, kb_id, upload, spooled.metadata, piece
+                    ):
+                        yield message
 
             answered: list[pb.UploadResult] = []
             if accepted:
