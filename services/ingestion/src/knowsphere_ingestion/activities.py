@@ -887,7 +887,7 @@ class IngestionActivities:
         if updated is None:
             return
         try:
-            await self.retrieval.put_document_info(self._info(updated, "ready", updated.chunk_count))
+            await self.infos.write([self._info(updated, "ready", updated.chunk_count)])
         except grpc.aio.AioRpcError as error:
             _raise_rpc(error, "recording the document in retrieval", "indexing_failed")
         await self._finished(job, "ready", updated.chunk_count)

@@ -424,55 +424,41 @@ async def _file_messages(
 
 
 METADATA_HELP = 'a JSON object of strings kept with the document, e.g. {"source": "https://…"}'
-UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "the file, with its name",
+
+
+def _multipart_body(file: dict[str, Any], metadata_help: str) -> dict[str, Any]:
+    """The OpenAPI request body of an upload: ``file`` part(s) and an optional ``metadata`` part."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": file,
+                            "metadata": {"type": "string", "description": metadata_help},
                         },
-                        "metadata": {
-                            "type": "string",
-                            "description": METADATA_HELP,
-                        },
-                    },
+                    }
                 }
-            }
-        },
+            },
+        }
     }
-}
-BATCH_UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {
-                            "type": "array",
-                            "items": {"type": "string", "format": "binary"},
-                            "description": "the files, each with its name: one part named 'file' per file, "
-                            "at most the upload policy's max_files_per_upload",
-                        },
-                        "metadata": {
-                            "type": "string",
-                            "description": f"{METADATA_HELP}; applies to every file",
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
+
+
+UPLOAD_BODY = _multipart_body(
+    {"type": "string", "format": "binary", "description": "the file, with its name"}, METADATA_HELP
+)
+BATCH_UPLOAD_BODY = _multipart_body(
+    {
+        "type": "array",
+        "items": {"type": "string", "format": "binary"},
+        "description": "the files, each with its name: one part named 'file' per file, "
+        "at most the upload policy's max_files_per_upload",
+    },
+    f"{METADATA_HELP}; applies to every file",
+)
 PROGRESS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "`event: progress` events whose data is a ProgressView (JSON); "

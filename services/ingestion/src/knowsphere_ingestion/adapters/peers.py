@@ -134,9 +134,6 @@ class Retrieval:
         response = await self._stub.IndexChunks(rpb.IndexChunksRequest(chunks=list(chunks)), timeout=120.0)
         return response.indexed_count
 
-    async def put_document_info(self, info: rpb.DocumentMetadata) -> None:
-        await self.put_document_infos([info])
-
     async def put_document_infos(self, infos: Sequence[rpb.DocumentMetadata]) -> None:
         await self._stub.PutDocumentInfo(rpb.PutDocumentInfoRequest(documents=list(infos)))
 
