@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PACKAGES := libs/telemetry libs/contracts libs/runtime libs/sqlstore \
+PACKAGES := libs/telemetry libs/contracts libs/runtime libs/sqlstore libs/clients \
 	services/gateway services/conversation services/retrieval services/ingestion \
 	services/memory services/toolrunner services/modelhub deploy/local
 PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))

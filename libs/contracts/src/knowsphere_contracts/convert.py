@@ -1,10 +1,47 @@
-"""Conversions between Python values and the protobuf well-known types every service uses."""
+"""Conversions between Python values and protobuf messages, written once for every boundary.
+
+- :func:`timestamp`, :func:`datetime_of`, :func:`duration`, :func:`seconds_of`: the well-known types.
+- :func:`message_from`: a message built from an object's same-named attributes (a dataclass record,
+  another message), so a field added to both the record and the message crosses the boundary with no
+  hand edit. Datetimes become Timestamps, float seconds Durations, :class:`ProtoEnum` members their
+  numbers, nested records nested messages.
+- :func:`record_from`: the other way, a dataclass built from a message's same-named fields, typed by
+  the dataclass's annotations (Timestamps to datetimes, numbers to :class:`ProtoEnum` members, repeated
+  fields to tuples or lists, unset optional fields to None).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, TypeVar
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
+
+from knowsphere_contracts.protoenum import ProtoEnum
+
+M = TypeVar("M", bound=Message)
+R = TypeVar("R")
+
+_TIMESTAMP = Timestamp.DESCRIPTOR.full_name
+_DURATION = Duration.DESCRIPTOR.full_name
+_INTEGER_TYPES = frozenset(
+    {
+        FieldDescriptor.CPPTYPE_INT32,
+        FieldDescriptor.CPPTYPE_INT64,
+        FieldDescriptor.CPPTYPE_UINT32,
+        FieldDescriptor.CPPTYPE_UINT64,
+    }
+)
 
 
 def timestamp(value: datetime | None) -> Timestamp | None:
@@ -14,3 +51,162 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     stamp = Timestamp()
     stamp.FromDatetime(value)
     return stamp
+
+
+def datetime_of(message: Message, field: str) -> datetime | None:
+    """The aware datetime of a Timestamp field; None when unset."""
+    if not message.HasField(field):
+        return None
+    value: datetime = getattr(message, field).ToDatetime(tzinfo=UTC)
+    return value
+
+
+def duration(seconds: float | None) -> Duration | None:
+    """A protobuf Duration of seconds; None stays None."""
+    if seconds is None:
+        return None
+    value = Duration()
+    value.FromNanoseconds(round(seconds * 1e9))
+    return value
+
+
+def seconds_of(message: Message, field: str) -> float | None:
+    """The seconds of a Duration field; None when unset."""
+    if not message.HasField(field):
+        return None
+    return float(getattr(message, field).ToNanoseconds()) / 1e9
+
+
+# --- record → message ---------------------------------------------------------------------------------
+
+
+def _is_repeated(field: Any) -> bool:
+    return bool(field.is_repeated)
+
+
+def _is_map(field: Any) -> bool:
+    return (
+        field.message_type is not None and field.message_type.GetOptions().map_entry and _is_repeated(field)
+    )
+
+
+def _proto_value(field: Any, value: Any) -> Any:
+    """``value`` as the field takes it in a message constructor; None means leave the field unset."""
+    if value is None:
+        return None
+    if _is_map(field):
+        return dict(value)
+    if _is_repeated(field):
+        return [_scalar_or_message(field, item) for item in value]
+    return _scalar_or_message(field, value)
+
+
+def _scalar_or_message(field: Any, value: Any) -> Any:
+    message_type = field.message_type
+    if message_type is None:
+        if isinstance(value, ProtoEnum):
+            return value.number
+        if isinstance(value, float) and field.cpp_type in _INTEGER_TYPES:
+            return round(value)
+        return value
+    if isinstance(value, Message):
+        return value
+    if message_type.full_name == _TIMESTAMP:
+        return timestamp(value) if isinstance(value, datetime) else value
+    if message_type.full_name == _DURATION:
+        return duration(float(value))
+    if isinstance(value, Mapping) and message_type.full_name == "google.protobuf.Struct":
+        struct = Struct()
+        struct.update(dict(value))
+        return struct
+    return message_from(GetMessageClass(message_type), value)
+
+
+def message_from(cls: type[M], source: object = None, /, **overrides: Any) -> M:
+    """A ``cls`` message whose fields take ``source``'s same-named attributes, then ``overrides``.
+
+    Attributes ``source`` lacks and values that are None leave the field unset. Unknown names in
+    ``overrides`` are an error (a typo would otherwise drop a value silently).
+    """
+    fields = cls.DESCRIPTOR.fields_by_name
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise TypeError(f"{cls.DESCRIPTOR.full_name} has no field {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name in overrides:
+            raw = overrides[name]
+        elif source is not None and hasattr(source, name):
+            raw = getattr(source, name)
+        else:
+            continue
+        value = _proto_value(field, raw)
+        if value is not None:
+            values[name] = value
+    return cls(**values)
+
+
+# --- message → record ---------------------------------------------------------------------------------
+
+
+@cache
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _record_value(message: Message, field: Any, hint: Any) -> Any:
+    hint, optional = _unwrap_optional(hint)
+    if _is_map(field):
+        return dict(getattr(message, field.name))
+    value = getattr(message, field.name)
+    origin = typing.get_origin(hint)
+    if _is_repeated(field):
+        item_hint = (typing.get_args(hint) or (Any,))[0]
+        items = [_single(field, item, item_hint) for item in value]
+        return tuple(items) if origin is tuple else items
+    unset = field.has_presence and not message.HasField(field.name)
+    if unset and (optional or field.message_type is not None):
+        return None
+    return _single(field, value, hint)
+
+
+def _single(field: Any, value: Any, hint: Any) -> Any:
+    message_type = field.message_type
+    if message_type is None:
+        if isinstance(hint, type) and issubclass(hint, ProtoEnum):
+            return hint.from_number(value)
+        return value
+    if message_type.full_name == _TIMESTAMP:
+        return value.ToDatetime(tzinfo=UTC)
+    if message_type.full_name == _DURATION:
+        return float(value.ToNanoseconds()) / 1e9
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return record_from(hint, value)
+    return value
+
+
+def record_from(cls: type[R], message: Message, /, **overrides: Any) -> R:
+    """A ``cls`` dataclass from ``message``'s same-named fields, then ``overrides``.
+
+    Dataclass fields the message lacks take ``overrides`` or their defaults.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} is not a dataclass")
+    fields = message.DESCRIPTOR.fields_by_name
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):
+        if item.name in overrides:
+            values[item.name] = overrides[item.name]
+        elif item.name in fields:
+            values[item.name] = _record_value(message, fields[item.name], hints[item.name])
+    return cls(**values)

@@ -17,6 +17,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowsphere_contracts.vocabulary import DocumentStatus
+
 MAX_MESSAGE_CHARS = 32_000
 MAX_KNOWLEDGE_BASES_PER_TURN = 20
 
@@ -110,8 +112,6 @@ class TurnCompleted(Event):
 
 # --- ingestion ------------------------------------------------------------------------------
 
-DocumentStage = Literal["queued", "parsing", "chunking", "embedding", "indexing", "graph", "ready", "failed"]
-
 
 class DocumentProgress(Event):
     """Progress of one document's ingestion, published on ``ks.ingestion.document.progress.v1``."""
@@ -119,7 +119,7 @@ class DocumentProgress(Event):
     subject: ClassVar[str] = "ks.ingestion.document.progress.v1"
     document_id: str
     knowledge_base_id: str
-    stage: DocumentStage
+    stage: DocumentStatus = Field(description="the document's status: the stage being worked on")
     percent: float = Field(ge=0, le=100)
     done: int = Field(default=0, ge=0, description="items of this stage finished")
     total: int = Field(default=0, ge=0, description="items of this stage in all")
@@ -132,10 +132,36 @@ class DocumentFinished(Event):
     subject: ClassVar[str] = "ks.ingestion.document.finished.v1"
     document_id: str
     knowledge_base_id: str
-    status: Literal["ready", "failed"]
-    failed_stage: DocumentStage | None = None
+    status: Literal[DocumentStatus.READY, DocumentStatus.FAILED]
+    failed_stage: DocumentStatus | None = Field(
+        default=None, description="the status the document had when its stage failed"
+    )
     reason: str | None = None
     chunk_count: int = Field(default=0, ge=0)
+
+
+# --- models -------------------------------------------------------------------------------------
+
+
+class ModelChange(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    DEFAULT_CHANGED = "default_changed"
+
+
+class ModelChanged(Event):
+    """A tenant's model record or default model changed; caches of model facts drop what they hold.
+
+    Published on ``ks.modelhub.model.changed.v1`` by modelhub; the tenant travels in the headers.
+    """
+
+    subject: ClassVar[str] = "ks.modelhub.model.changed.v1"
+    model_id: str = Field(description="the model concerned; empty for a default that was cleared")
+    change: ModelChange
+    model_types: list[str] = Field(
+        default_factory=list, description="for default_changed: the model types whose default changed"
+    )
 
 
 EVENT_CATALOG: tuple[type[Event], ...] = (
@@ -144,4 +170,5 @@ EVENT_CATALOG: tuple[type[Event], ...] = (
     TurnCompleted,
     DocumentProgress,
     DocumentFinished,
+    ModelChanged,
 )

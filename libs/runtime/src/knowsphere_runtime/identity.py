@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 TENANT_KEY = "ks-tenant-id"
 USER_KEY = "ks-user-id"
+LANGUAGE_KEY = "accept-language"
 MAX_ID_LENGTH = 128
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
 
 _current: ContextVar[Identity | None] = ContextVar("knowsphere_identity", default=None)
+_language: ContextVar[str | None] = ContextVar("knowsphere_language", default=None)
 
 
 class IdentityError(ValueError):
@@ -95,3 +97,18 @@ def identity_from_pairs(pairs: Iterable[tuple[str, str | bytes]] | Mapping[str, 
 def identity_log_fields() -> dict[str, str]:
     identity = _current.get()
     return identity.as_log_fields() if identity else {}
+
+
+def current_language() -> str | None:
+    """The caller's preferred language (an ``Accept-Language`` value) for user-facing messages."""
+    return _language.get()
+
+
+@contextmanager
+def bound_language(language: str | None) -> Iterator[None]:
+    """Outgoing calls made inside carry ``language`` as ``accept-language`` metadata."""
+    token = _language.set(language)
+    try:
+        yield
+    finally:
+        _language.reset(token)

@@ -1,16 +1,59 @@
 """The custom span attributes KnowSphere sets, registered in one place.
 
 Standard attributes (``rpc.*``, ``messaging.*``, ``gen_ai.*``, ``http.*``) come from the
-instrumentations and semantic conventions; only attributes of our own domain live here.
+instrumentations and semantic conventions; only attributes of our own domain live here. Code sets
+attributes through these names, never a ``"ks.…"`` literal (a test holds every service to it).
 """
 
 from typing import Final
 
+# --- who and where -------------------------------------------------------------------------------
 TENANT_ID: Final = "ks.tenant.id"
 USER_ID: Final = "ks.user.id"
 SESSION_ID: Final = "ks.session.id"
 TURN_ID: Final = "ks.turn.id"
+KNOWLEDGE_BASE_ID: Final = "ks.knowledge_base.id"
 KNOWLEDGE_BASE_IDS: Final = "ks.knowledge_base.ids"
 DOCUMENT_ID: Final = "ks.document.id"
-RESULT_COUNT: Final = "ks.result.count"
 ERROR_CODE: Final = "ks.error.code"
+
+# --- counts of what a step produced ----------------------------------------------------------------
+RESULT_COUNT: Final = "ks.result.count"
+PARENT_COUNT: Final = "ks.parent.count"
+
+# --- uploads and files -----------------------------------------------------------------------------
+UPLOAD_FILES: Final = "ks.upload.files"
+UPLOAD_REFUSED: Final = "ks.upload.refused"
+FILE_DECLARED_SIZE_BYTES: Final = "ks.file.declared_size_bytes"
+FILE_SIZE_BYTES: Final = "ks.file.size_bytes"
+FILE_EXTENSION: Final = "ks.file.extension"
+DOCUMENT_DUPLICATE: Final = "ks.document.duplicate"
+DOCUMENT_PAGES: Final = "ks.document.pages"
+DOCUMENT_BLOCKS: Final = "ks.document.blocks"
+DOCUMENT_COUNT: Final = "ks.document.count"
+
+# --- ingestion stages ------------------------------------------------------------------------------
+INGESTION_STAGE: Final = "ks.ingestion.stage"
+CHUNKS: Final = "ks.chunks"
+CHUNKS_RESUMED: Final = "ks.chunks.resumed"
+EMBEDDING_MODEL_ID: Final = "ks.embedding.model_id"
+
+# --- retrieval -------------------------------------------------------------------------------------
+EMBED_MODELS: Final = "ks.embed.models"
+FUSION_METHOD: Final = "ks.fusion.method"
+EXPANSION_METHOD: Final = "ks.expansion.method"
+EXPANSION_QUERIES: Final = "ks.expansion.queries"
+RERANK_SKIPPED: Final = "ks.rerank.skipped"
+
+# --- model calls -----------------------------------------------------------------------------------
+MODEL_ID: Final = "ks.model.id"
+MODEL_PURPOSE: Final = "ks.model.purpose"
+LATENCY_MS: Final = "ks.latency_ms"
+EMBED_TEXTS: Final = "ks.embed.texts"
+RERANK_DOCUMENTS: Final = "ks.rerank.documents"
+DECIDE_METHOD: Final = "ks.decide.method"
+
+
+def registered() -> frozenset[str]:
+    """Every attribute name registered here."""
+    return frozenset(value for name, value in globals().items() if name.isupper() and isinstance(value, str))

@@ -1,34 +1,70 @@
 """Request errors a gRPC handler raises, and the wrapper that turns them into gRPC statuses.
 
 A handler raises :class:`RequestError` (or :func:`invalid` for a bad field, naming it and the limit);
-:func:`answer` awaits the handler's work and aborts the call with the error's code and message. A
-``ValueError`` from deeper down counts as INVALID_ARGUMENT, since stores and adapters reject malformed
-data with one that names the field.
+:func:`answer` awaits the handler's work and aborts the call with the error's code and message. When
+the error names a field, the status also carries a ``google.rpc.BadRequest`` detail with that field,
+so a caller reads it from the detail (``knowsphere_clients`` does) instead of from the message text.
+A ``ValueError`` from deeper down counts as INVALID_ARGUMENT, since stores and adapters reject
+malformed data with one that names the field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 T = TypeVar("T")
 
 
 class RequestError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    """A call refused with ``code``; ``field`` names the request field at fault, when one is."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, field: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
 
 
 def invalid(field: str, reason: str) -> RequestError:
-    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {reason}")
+    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {reason}", field=field)
+
+
+def precondition(field: str, reason: str) -> RequestError:
+    """FAILED_PRECONDITION about a field (the request is well-formed, the state does not allow it)."""
+    return RequestError(grpc.StatusCode.FAILED_PRECONDITION, f"{field}: {reason}", field=field)
 
 
 def not_found(what: str, ident: str) -> RequestError:
     return RequestError(grpc.StatusCode.NOT_FOUND, f"{what} {ident} not found")
+
+
+def status_of(error: RequestError) -> grpc.Status:
+    """The gRPC status of a request error, with a BadRequest detail when it names a field."""
+    details = []
+    if error.field:
+        packed = any_pb2.Any()
+        packed.Pack(
+            error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.message)
+                ]
+            )
+        )
+        details.append(packed)
+    return rpc_status.to_status(
+        status_pb2.Status(code=error.code.value[0], message=error.message, details=details)
+    )
+
+
+async def abort(context: grpc.aio.ServicerContext, error: RequestError) -> NoReturn:
+    await context.abort_with_status(status_of(error))
+    raise AssertionError("unreachable: abort raises")
 
 
 async def answer(context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
@@ -36,7 +72,6 @@ async def answer(context: grpc.aio.ServicerContext, work: Callable[[], Awaitable
     try:
         return await work()
     except RequestError as error:
-        await context.abort(error.code, error.message)
+        await abort(context, error)
     except ValueError as error:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-    raise AssertionError("unreachable: abort raises")
+        await abort(context, RequestError(grpc.StatusCode.INVALID_ARGUMENT, str(error)))

@@ -1,4 +1,5 @@
-"""Interceptors that carry caller identity across gRPC: read on the server, attach on the client."""
+"""Interceptors that carry caller identity (and language) across gRPC: read on the server, attach on the
+client."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import grpc
 from opentelemetry import trace
 
 from knowsphere_runtime.identity import (
+    LANGUAGE_KEY,
     Identity,
     IdentityError,
     current_identity,
+    current_language,
     identity_from_pairs,
     set_identity,
 )
@@ -123,6 +126,9 @@ def _with_identity(details: grpc.aio.ClientCallDetails, timeout: float) -> grpc.
         for key, value in identity.as_pairs():
             if key not in metadata:
                 metadata.add(key, value)
+    language = current_language()
+    if language and LANGUAGE_KEY not in metadata:
+        metadata.add(LANGUAGE_KEY, language)
     return grpc.aio.ClientCallDetails(
         details.method,
         details.timeout if details.timeout is not None else timeout,

@@ -65,26 +65,31 @@ def _unimplemented_behavior(method: MethodDescriptor, message: str) -> Callable[
     return unary
 
 
-def _implementation(servicer: object | None, method: MethodDescriptor) -> Callable[..., Any] | None:
-    """The servicer's own implementation of ``method``, by its proto name or its snake_case name."""
-    if servicer is None:
-        return None
-    for name in (method.name, _snake(method.name)):
-        behavior = getattr(servicer, name, None)
-        if behavior is not None and callable(behavior):
-            if inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior):
-                return behavior  # type: ignore[no-any-return]
-            raise TypeError(f"{type(servicer).__name__}.{name} must be async (grpc.aio)")
-    return None
+def _implementation(servicers: Sequence[object], method: MethodDescriptor) -> Callable[..., Any] | None:
+    """The servicers' one implementation of ``method``, by its proto name or its snake_case name."""
+    found: list[tuple[object, Callable[..., Any]]] = []
+    for servicer in servicers:
+        for name in (method.name, _snake(method.name)):
+            behavior = getattr(servicer, name, None)
+            if behavior is not None and callable(behavior):
+                if not (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
+                    raise TypeError(f"{type(servicer).__name__}.{name} must be async (grpc.aio)")
+                found.append((servicer, behavior))
+                break
+    if len(found) > 1:
+        owners = ", ".join(type(servicer).__name__ for servicer, _ in found)
+        raise TypeError(f"{method.name} is implemented by more than one servicer: {owners}")
+    return found[0][1] if found else None
 
 
 def bind_service(
     descriptor: ServiceDescriptor,
-    servicer: object | None,
+    servicer: object | Sequence[object] | None,
     *,
     pending: str | Mapping[str, str],
 ) -> ServiceBinding:
-    """Bind ``servicer`` to the service ``descriptor``.
+    """Bind ``servicer`` to the service ``descriptor``: one object, or several that each implement
+    some of its methods (a service split by concern); a method implemented twice is an error.
 
     ``pending`` says which capability an unimplemented method belongs to: one text for the whole
     service, or a mapping method name → text (methods missing from the mapping fall back to
@@ -93,10 +98,13 @@ def bind_service(
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     implemented: list[str] = []
     waiting: list[str] = []
+    servicers: Sequence[object] = (
+        [] if servicer is None else list(servicer) if isinstance(servicer, (list, tuple)) else [servicer]
+    )
     for method in descriptor.methods:
         request_cls = GetMessageClass(method.input_type)
         response_cls = GetMessageClass(method.output_type)
-        behavior = _implementation(servicer, method)
+        behavior = _implementation(servicers, method)
         if behavior is None:
             capability = (
                 pending if isinstance(pending, str) else pending.get(method.name, pending.get("*", ""))
