@@ -53,7 +53,7 @@ def test_parse_names_the_accepted_values() -> None:
 
 def test_entity_names_merge_by_their_normalised_key() -> None:
     assert normalise_entity_name("  Shanghai\u3000Jiao Tong ") == normalise_entity_name("shanghai jiao  TONG")
-    with pytest.raises(ValueError, match="entities\\[0\\].name must contain"):
+    with pytest.raises(ValueError, match=r"entities\[0\]\.name must contain"):
         entity_key("entities[0].name", " \t ")
     with pytest.raises(ValueError, match="limit is 512"):
         entity_key("name", "x" * 513)
