@@ -59,3 +59,22 @@ async def test_message_without_identity_is_handled_anonymously(nats_url):
         assert await asyncio.wait_for(received.get(), timeout=5) is None
     finally:
         await broker.stop()
+
+
+async def test_a_fanout_hands_each_watcher_only_the_events_it_wants() -> None:
+    from knowsphere_runtime.bus import Fanout
+
+    fanout: Fanout[tuple[str, int]] = Fanout(max_queue=2)
+    async with (
+        fanout.watch(lambda e: e[0] == "a") as a_events,
+        fanout.watch(lambda e: e[0] == "b") as b_events,
+    ):
+        assert fanout.watchers == 2
+        for event in (("a", 1), ("b", 1), ("a", 2), ("a", 3)):
+            fanout.publish(event)
+        # The slow watcher of "a" kept the newest two; its oldest was dropped and counted.
+        assert [await anext(a_events), await anext(a_events)] == [("a", 2), ("a", 3)]
+        assert await anext(b_events) == ("b", 1)
+        assert fanout.dropped == 1
+    assert fanout.watchers == 0
+    fanout.publish(("a", 4))  # nobody watching: nothing kept

@@ -3,12 +3,20 @@
 :func:`build_broker` is the only way services create a broker: it installs FastStream's
 OpenTelemetry middleware (a producer span per publish, a consumer span per message, W3C trace
 context in headers) and :class:`IdentityMiddleware` (``ks-tenant-id`` / ``ks-user-id`` headers).
+
+A service declares what it subscribes to and publishes on a ``NatsRouter`` in its ``api/bus.py``
+(typed pydantic payloads; dependencies through FastStream's context), included into its broker by
+its wiring; ``make asyncapi`` documents the events from those same routers. :class:`Fanout` hands the
+events of one such subscriber to the many request handlers of a process that stream them to clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
 
 import structlog
 from faststream import BaseMiddleware
@@ -57,3 +65,52 @@ def build_broker(url: str, *, client_name: str, graceful_timeout: float = 20.0, 
         logger=logging.getLogger("knowsphere.bus"),
         **options,
     )
+
+
+E = TypeVar("E")
+
+
+class Fanout(Generic[E]):
+    """Events of one typed subscriber, handed to every watcher in this process that wants them.
+
+    A service subscribes to a subject once (a typed FastStream handler that calls :meth:`publish`);
+    request handlers that stream events to a client — a progress watch, a chat turn — open a
+    :meth:`watch` with a predicate instead of a subscription of their own. Each watcher has a bounded
+    queue: when a slow watcher's queue is full its oldest event is dropped (and counted), so one stuck
+    client never holds the others or the process's memory.
+    """
+
+    def __init__(self, max_queue: int = 10_000) -> None:
+        self._watchers: dict[int, tuple[Callable[[E], bool], asyncio.Queue[E]]] = {}
+        self._max_queue = max_queue
+        self.dropped = 0
+
+    def publish(self, event: E) -> None:
+        """Hand ``event`` to every watcher whose predicate accepts it; never blocks."""
+        for accept, queue in list(self._watchers.values()):
+            if not accept(event):
+                continue
+            if queue.full():
+                queue.get_nowait()
+                self.dropped += 1
+            queue.put_nowait(event)
+
+    @property
+    def watchers(self) -> int:
+        return len(self._watchers)
+
+    @asynccontextmanager
+    async def watch(self, accept: Callable[[E], bool]) -> AsyncIterator[AsyncIterator[E]]:
+        """Events accepted by ``accept`` from entry on (nothing published after entering is missed)."""
+        queue: asyncio.Queue[E] = asyncio.Queue(self._max_queue)
+        key = id(queue)
+        self._watchers[key] = (accept, queue)
+
+        async def events() -> AsyncIterator[E]:
+            while True:
+                yield await queue.get()
+
+        try:
+            yield events()
+        finally:
+            self._watchers.pop(key, None)
