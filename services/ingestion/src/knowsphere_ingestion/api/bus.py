@@ -1,0 +1,75 @@
+"""Ingestion on the NATS bus: the document events the workers publish and the API watches.
+
+The workers publish each document's progress and its final status; the API's one typed subscriber per
+subject hands them to the progress watches open in its process (WatchDocumentProgress) through a
+:class:`~knowsphere_runtime.bus.Fanout` found in FastStream's context under ``DOCUMENT_EVENTS``.
+``make asyncapi`` documents these from :func:`build_bus`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from faststream import Context
+from faststream.nats import NatsRouter
+from faststream.nats.publisher.usecase import LogicPublisher
+
+from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
+from knowsphere_runtime.bus import Fanout
+
+DocumentEvent = DocumentProgress | DocumentFinished
+DOCUMENT_EVENTS = "document_events"
+"""Context name of the API's ``Fanout[DocumentEvent]``."""
+
+Events = Annotated[Fanout[DocumentEvent], Context(DOCUMENT_EVENTS)]
+
+
+@dataclass(frozen=True)
+class IngestionBus:
+    publishers: NatsRouter
+    """What the workers include: the publishers of document events."""
+    subscribers: NatsRouter
+    """What the API includes: the subscribers feeding its progress watches."""
+    progress: LogicPublisher
+    finished: LogicPublisher
+
+    async def publish(self, event: Event) -> None:
+        """Publishes a document event on its subject."""
+        publisher = self.finished if isinstance(event, DocumentFinished) else self.progress
+        await publisher.publish(event.model_dump(mode="json"))
+
+
+def build_bus() -> IngestionBus:
+    publishers = NatsRouter()
+    progress = publishers.publisher(
+        DocumentProgress.subject,
+        schema=DocumentProgress,
+        title="ingestion:document-progress",
+        description="A document's stage and progress while a worker ingests it.",
+    )
+    finished = publishers.publisher(
+        DocumentFinished.subject,
+        schema=DocumentFinished,
+        title="ingestion:document-finished",
+        description="A document became ready, or failed with the stage and reason.",
+    )
+    subscribers = NatsRouter()
+
+    @subscribers.subscriber(
+        DocumentProgress.subject,
+        title="ingestion:watch-progress",
+        description="Feeds the API's progress watches (WatchDocumentProgress).",
+    )
+    async def on_progress(event: DocumentProgress, events: Events) -> None:
+        events.publish(event)
+
+    @subscribers.subscriber(
+        DocumentFinished.subject,
+        title="ingestion:watch-finished",
+        description="Feeds the API's progress watches (WatchDocumentProgress).",
+    )
+    async def on_finished(event: DocumentFinished, events: Events) -> None:
+        events.publish(event)
+
+    return IngestionBus(publishers, subscribers, progress, finished)
