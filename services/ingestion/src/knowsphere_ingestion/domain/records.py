@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
+from knowsphere_contracts.vocabulary import (
+    STAGE_STATUS,
+    TERMINAL_STATUSES,
+    ChunkingStrategy,
+    DocumentStatus,
+    IngestionStage,
+    MigrationState,
+)
 from knowsphere_ingestion.domain.chunking import (
     DEFAULT_CHILD_OVERLAP,
     DEFAULT_CHILD_SIZE,
@@ -14,26 +21,23 @@ from knowsphere_ingestion.domain.chunking import (
     ChunkingConfig,
 )
 
-Status = Literal["queued", "parsing", "chunking", "embedding", "indexing", "graph", "ready", "failed"]
-STATUSES: tuple[Status, ...] = (
-    "queued",
-    "parsing",
-    "chunking",
-    "embedding",
-    "indexing",
-    "graph",
-    "ready",
-    "failed",
-)
-TERMINAL: frozenset[str] = frozenset({"ready", "failed"})
-Stage = Literal["parse", "chunk", "embed", "index", "graph"]
-STAGE_STATUS: dict[str, Status] = {
-    "parse": "parsing",
-    "chunk": "chunking",
-    "embed": "embedding",
-    "index": "indexing",
-    "graph": "graph",
-}
+__all__ = [  # the shared vocabulary, as ingestion's records use it
+    "STAGE_STATUS",
+    "TERMINAL",
+    "ChunkingSettings",
+    "Document",
+    "DocumentStatus",
+    "Failure",
+    "KnowledgeBase",
+    "Migration",
+    "Progress",
+    "Status",
+]
+
+Status = DocumentStatus
+STATUSES: tuple[DocumentStatus, ...] = tuple(DocumentStatus)
+TERMINAL = TERMINAL_STATUSES
+Stage = IngestionStage
 # Share of the overall percentage each stage covers (graph is extra work after the document is usable).
 STAGE_SPAN: dict[str, tuple[float, float]] = {
     "parse": (0.0, 15.0),
@@ -48,14 +52,20 @@ STAGE_SPAN: dict[str, tuple[float, float]] = {
 class ChunkingSettings:
     """A knowledge base's chunking choice; 0 sizes mean the defaults."""
 
-    strategy: Literal["headings", "parent_child"] = "headings"
+    strategy: ChunkingStrategy = ChunkingStrategy.HEADING
     chunk_size_tokens: int = 0
     chunk_overlap_tokens: int = 0
     parent_size_tokens: int = 0
     child_size_tokens: int = 0
 
+    def __post_init__(self) -> None:
+        # Rows written before the vocabulary was shared say "headings" for the heading strategy.
+        if not isinstance(self.strategy, ChunkingStrategy):
+            strategy = "heading" if self.strategy == "headings" else self.strategy
+            object.__setattr__(self, "strategy", ChunkingStrategy.parse(strategy))
+
     def to_config(self) -> ChunkingConfig:
-        if self.strategy == "parent_child":
+        if self.strategy == ChunkingStrategy.PARENT_CHILD:
             return ChunkingConfig(
                 strategy="parent_child",
                 child_size=self.child_size_tokens or DEFAULT_CHILD_SIZE,
@@ -70,7 +80,7 @@ class ChunkingSettings:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "strategy": self.strategy,
+            "strategy": self.strategy.value,
             "chunk_size_tokens": self.chunk_size_tokens,
             "chunk_overlap_tokens": self.chunk_overlap_tokens,
             "parent_size_tokens": self.parent_size_tokens,
@@ -79,8 +89,8 @@ class ChunkingSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ChunkingSettings:
-        strategy: Literal["headings", "parent_child"] = (
-            "parent_child" if data.get("strategy") == "parent_child" else "headings"
+        strategy = ChunkingStrategy.parse(
+            "parent_child" if data.get("strategy") == ChunkingStrategy.PARENT_CHILD else "heading"
         )
         return cls(
             strategy=strategy,
@@ -95,7 +105,7 @@ class ChunkingSettings:
 class Migration:
     from_model_id: str
     to_model_id: str
-    state: Literal["running", "completed", "failed"]
+    state: MigrationState
     to_dimension: int = 0
     documents_done: int = 0
     documents_total: int = 0
@@ -125,7 +135,7 @@ class KnowledgeBase:
 
 @dataclass(frozen=True)
 class Failure:
-    stage: str  # "parse" … "graph", or "" before the workflow started
+    stage: IngestionStage | None  # None before the workflow started
     code: str
     reason: str
     attempts: int = 1
