@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
 
 import grpc
 import structlog
@@ -19,7 +18,8 @@ from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import Document
 from knowsphere_ingestion.settings import Settings
-from knowsphere_ingestion.storage.blobs import BlobStore, S3BlobStore, build_blob_store
+from knowsphere_ingestion.storage.blobs import BlobStore
+from knowsphere_ingestion.storage.factory import blob_store_for
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.lifecycle import StartupError
 from knowsphere_runtime.rpc import open_channel
@@ -35,21 +35,7 @@ class Storage:
     def __init__(self, settings: Settings) -> None:
         data = settings.data_dir
         self.store = IngestionStore(settings.database_url or f"sqlite+aiosqlite:///{data}/ingestion.db")
-        self.blobs: BlobStore
-        if settings.blob_store_url or not settings.s3_endpoint:
-            self.blobs = build_blob_store(settings.blob_store_url or str(data / "blobs"))
-        else:
-            endpoint = urlsplit(
-                settings.s3_endpoint if "://" in settings.s3_endpoint else f"http://{settings.s3_endpoint}"
-            )
-            self.blobs = S3BlobStore(
-                endpoint.netloc,
-                settings.s3_access_key,
-                settings.s3_secret_key,
-                settings.s3_bucket,
-                secure=endpoint.scheme == "https",
-                region=settings.s3_region or None,
-            )
+        self.blobs: BlobStore = blob_store_for(settings)
 
     async def start(self) -> object:
         try:
