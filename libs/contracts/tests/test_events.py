@@ -6,23 +6,24 @@ import pytest
 from pydantic import ValidationError
 
 from knowsphere_contracts.events import (
-    EVENT_CATALOG,
     MAX_MESSAGE_CHARS,
     ChatRequested,
     ChatTurnEvent,
+    Event,
     TurnEventKind,
 )
 
 SUBJECT = re.compile(r"^ks\.[a-z]+(\.[a-z_]+)+\.v[0-9]+$")
+EVENTS = Event.__subclasses__()
 
 
-@pytest.mark.parametrize("event", EVENT_CATALOG, ids=lambda e: e.__name__)
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.__name__)
 def test_subjects_follow_ks_domain_event_version(event):
     assert SUBJECT.match(event.subject), event.subject
 
 
 def test_subjects_are_unique():
-    subjects = [e.subject for e in EVENT_CATALOG]
+    subjects = [e.subject for e in EVENTS]
     assert len(subjects) == len(set(subjects))
 
 

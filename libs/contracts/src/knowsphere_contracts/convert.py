@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ R = TypeVar("R")
 
 _TIMESTAMP = Timestamp.DESCRIPTOR.full_name
 _DURATION = Duration.DESCRIPTOR.full_name
+_STRUCT = Struct.DESCRIPTOR.full_name
 _INTEGER_TYPES = frozenset(
     {
         FieldDescriptor.CPPTYPE_INT32,
@@ -90,36 +92,76 @@ def _is_map(field: Any) -> bool:
     )
 
 
-def _proto_value(field: Any, value: Any) -> Any:
-    """``value`` as the field takes it in a message constructor; None means leave the field unset."""
-    if value is None:
-        return None
-    if _is_map(field):
-        return dict(value)
-    if _is_repeated(field):
-        return [_scalar_or_message(field, item) for item in value]
-    return _scalar_or_message(field, value)
+Convert = Callable[[Any], Any]
 
 
-def _scalar_or_message(field: Any, value: Any) -> Any:
-    message_type = field.message_type
-    if message_type is None:
-        if isinstance(value, ProtoEnum):
-            return value.number
-        if isinstance(value, float) and field.cpp_type in _INTEGER_TYPES:
+def _same(value: Any) -> Any:
+    return value
+
+
+def _scalar(field: Any) -> Convert:
+    """How one value of a scalar field is given to a constructor."""
+    integer = field.cpp_type in _INTEGER_TYPES
+    enum = field.enum_type
+    if enum is not None:
+        # A plain string names a value the way the generated enums do: "ready" → DOCUMENT_STATUS_READY.
+        prefix = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", enum.name).upper() + "_"
+        numbers = {v.name.removeprefix(prefix).lower(): v.number for v in enum.values if v.number}
+
+        def convert_enum(value: Any) -> Any:
+            if isinstance(value, ProtoEnum):
+                return value.number
+            if isinstance(value, str):
+                if value not in numbers:
+                    raise ValueError(f"{field.full_name}: {value!r} is not one of {', '.join(numbers)}")
+                return numbers[value]
+            return value
+
+        return convert_enum
+
+    def convert(value: Any) -> Any:
+        if integer and isinstance(value, float):
             return round(value)
         return value
-    if isinstance(value, Message):
-        return value
-    if message_type.full_name == _TIMESTAMP:
-        return timestamp(value) if isinstance(value, datetime) else value
-    if message_type.full_name == _DURATION:
-        return duration(float(value))
-    if isinstance(value, Mapping) and message_type.full_name == "google.protobuf.Struct":
-        struct = Struct()
-        struct.update(dict(value))
+
+    return convert
+
+
+def _single_message(field: Any) -> Convert:
+    """How one value of a message field is given to a constructor."""
+    name = field.message_type.full_name
+    if name == _TIMESTAMP:
+        return lambda value: timestamp(value) if isinstance(value, datetime) else value
+    if name == _DURATION:
+        return lambda value: value if isinstance(value, Message) else duration(float(value))
+    if name == _STRUCT:
+
+        def struct(value: Any) -> Any:
+            if isinstance(value, Message):
+                return value
+            message = Struct()
+            message.update(dict(value))
+            return message
+
         return struct
-    return message_from(GetMessageClass(message_type), value)
+    message_class = GetMessageClass(field.message_type)
+    return lambda value: value if isinstance(value, Message) else message_from(message_class, value)
+
+
+def _converter(field: Any) -> Convert:
+    """How the value of a field is given to a message constructor."""
+    if _is_map(field):
+        return dict
+    single = _scalar(field) if field.message_type is None else _single_message(field)
+    if _is_repeated(field):
+        return lambda values: [single(item) for item in values]
+    return single
+
+
+@cache
+def _plan(descriptor: Any) -> tuple[tuple[str, Convert], ...]:
+    """Each field of a message type with its converter, worked out once per type."""
+    return tuple((name, _converter(field)) for name, field in descriptor.fields_by_name.items())
 
 
 def message_from(cls: type[M], source: object = None, /, **overrides: Any) -> M:
@@ -128,21 +170,16 @@ def message_from(cls: type[M], source: object = None, /, **overrides: Any) -> M:
     Attributes ``source`` lacks and values that are None leave the field unset. Unknown names in
     ``overrides`` are an error (a typo would otherwise drop a value silently).
     """
-    fields = cls.DESCRIPTOR.fields_by_name
-    unknown = set(overrides) - set(fields)
-    if unknown:
-        raise TypeError(f"{cls.DESCRIPTOR.full_name} has no field {', '.join(sorted(unknown))}")
+    plan = _plan(cls.DESCRIPTOR)
+    if overrides:
+        unknown = set(overrides) - set(cls.DESCRIPTOR.fields_by_name)
+        if unknown:
+            raise TypeError(f"{cls.DESCRIPTOR.full_name} has no field {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
-    for name, field in fields.items():
-        if name in overrides:
-            raw = overrides[name]
-        elif source is not None and hasattr(source, name):
-            raw = getattr(source, name)
-        else:
-            continue
-        value = _proto_value(field, raw)
-        if value is not None:
-            values[name] = value
+    for name, convert in plan:
+        raw = overrides[name] if name in overrides else getattr(source, name, None)
+        if raw is not None:
+            values[name] = convert(raw)
     return cls(**values)
 
 

@@ -4,8 +4,8 @@ Subjects follow ``ks.<domain>.<event>.v1``. A subject that is addressed to one t
 document appends that id as a last token (``ks.chat.events.v1.<turn_id>``), so a consumer can
 subscribe to exactly one stream of events or to all of them with ``>``.
 
-The AsyncAPI document in ``docs/asyncapi.yaml`` is generated from :data:`EVENT_CATALOG`
-(``make asyncapi``); a test fails when it drifts.
+The AsyncAPI document in ``docs/asyncapi.yaml`` is generated (``make asyncapi``) from the routers
+on which the services declare what they publish and subscribe to; a test fails when it drifts.
 """
 
 from __future__ import annotations
@@ -162,13 +162,3 @@ class ModelChanged(Event):
     model_types: list[str] = Field(
         default_factory=list, description="for default_changed: the model types whose default changed"
     )
-
-
-EVENT_CATALOG: tuple[type[Event], ...] = (
-    ChatRequested,
-    ChatTurnEvent,
-    TurnCompleted,
-    DocumentProgress,
-    DocumentFinished,
-    ModelChanged,
-)

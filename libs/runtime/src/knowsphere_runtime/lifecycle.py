@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -20,6 +20,9 @@ from knowsphere_runtime.identity import identity_log_fields
 from knowsphere_runtime.settings import ServiceSettings
 from knowsphere_telemetry import TracingHandle, configure_logging, configure_tracing
 from knowsphere_telemetry.tracing import TelemetryConfigError
+
+if TYPE_CHECKING:
+    from knowsphere_runtime.rpc import ServiceBinding
 
 log = structlog.get_logger(__name__)
 
@@ -106,15 +109,25 @@ def run_service(
 
 
 class BrokerComponent:
-    """A FastStream broker as a component: connects and starts its subscribers; drains on stop."""
+    """A FastStream broker as a component: connects and starts its subscribers; drains on stop.
+
+    NATS may come up after the service (nothing orders pods on Kubernetes), so ``start`` waits for it
+    up to ``connect_timeout`` seconds, then fails start-up naming the server it tried.
+    """
 
     name = "nats"
 
-    def __init__(self, broker: object) -> None:
+    def __init__(self, broker: object, connect_timeout: float = 60.0) -> None:
         self.broker = broker
+        self.connect_timeout = connect_timeout
 
     async def start(self) -> object:
-        await self.broker.start()  # type: ignore[attr-defined]
+        try:
+            await asyncio.wait_for(self.broker.start(), self.connect_timeout)  # type: ignore[attr-defined]
+        except TimeoutError:
+            raise StartupError(
+                f"cannot reach NATS within {self.connect_timeout:.0f} s (the service's *_NATS_URL setting)"
+            ) from None
         return None
 
     async def stop(self, grace: float | None = None) -> None:
@@ -135,3 +148,26 @@ class ChannelsComponent:
     async def stop(self, grace: float | None = None) -> None:
         for channel in self.channels:
             await channel.close()  # type: ignore[attr-defined]
+
+
+def run_grpc_service(
+    service: str,
+    settings: ServiceSettings,
+    bindings: Callable[[], Sequence[ServiceBinding]],
+) -> None:
+    """Entry point body of a service that is only a gRPC server: ``bindings`` builds its
+    ``ServiceBinding``s (after telemetry is set up), served on ``settings.grpc_bind`` until SIGTERM."""
+    # Imported here, not at the top: processes that serve no gRPC (the ingestion worker) use this
+    # module too and need not load the server stack.
+    from knowsphere_runtime.rpc import GrpcServer
+
+    def build() -> list[Component]:
+        server = GrpcServer(
+            name=service,
+            bind=settings.grpc_bind,
+            bindings=list(bindings()),
+            grace=settings.shutdown_grace_seconds,
+        )
+        return [server]
+
+    run_service(service, settings, build)

@@ -384,12 +384,14 @@ class UploadDocumentsRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
 
 class UploadError(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "field")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    field: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
 
 class UploadResult(_message.Message):
     __slots__ = ("file_name", "document", "duplicate", "error")
