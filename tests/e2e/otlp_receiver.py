@@ -100,6 +100,16 @@ class OtlpReceiver:
         with self._lock:
             return [s for s in self.spans if s.trace_id == trace_id]
 
+    def wait_for_spans(self, match, timeout: float = 15.0) -> list[ReceivedSpan]:  # type: ignore[no-untyped-def]
+        """The spans ``match`` accepts, once at least one has arrived (each service exports in batches)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                found = [s for s in self.spans if match(s)]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
+
     def wait_for(self, trace_id: str, predicate, timeout: float = 15.0) -> list[ReceivedSpan]:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
         while True:

@@ -213,13 +213,13 @@ def test_every_activity_span_descends_from_the_upload_span(stack: Any, otlp: Any
         return document.id
 
     document_id = run(stack, LOCAL, work)
-    upload = [
-        s
-        for s in otlp.spans
-        if s.service == "ingestion"
-        and s.name == "ingestion.upload"
-        and s.attributes.get("ks.document.id") == document_id
-    ]
+    upload = otlp.wait_for_spans(
+        lambda s: (
+            s.service == "ingestion"
+            and s.name == "ingestion.upload"
+            and s.attributes.get("ks.document.id") == document_id
+        )
+    )
     assert len(upload) == 1
     trace_id = upload[0].trace_id
     activities = ("parse_documents", "chunk_documents", "embed_chunks", "index_chunks")
@@ -493,10 +493,8 @@ def test_killing_the_worker_mid_embedding_resumes_with_exactly_the_expected_chun
     # It resumed at the embed stage, at the batch it was on: the file was parsed once (a re-run stage
     # finds its stored output), and the restarted worker's embed span reports the batches it found
     # already embedded.
-    upload = next(
-        s
-        for s in otlp.spans
-        if s.name == "ingestion.upload" and s.attributes.get("ks.document.id") == document_id
+    (upload,) = otlp.wait_for_spans(
+        lambda s: s.name == "ingestion.upload" and s.attributes.get("ks.document.id") == document_id
     )
 
     def resumed(spans: list[ReceivedSpan]) -> bool:

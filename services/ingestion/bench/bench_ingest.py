@@ -35,9 +35,8 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.services import CONTRACTS
-from knowsphere_ingestion.activities import embedding_text
 from knowsphere_ingestion.adapters.store import IngestionStore
-from knowsphere_ingestion.domain.chunking import ChunkDraft
+from knowsphere_ingestion.domain.chunking import ChunkDraft, embedding_text
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc import open_channel
 from knowsphere_stack import Stack, StackConfig

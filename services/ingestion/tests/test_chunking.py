@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from knowsphere_contracts.vocabulary import ChunkingStrategy
 from knowsphere_ingestion.domain.chunking import (
     ChunkingConfig,
-    ChunkingStrategy,
     HeuristicTokenCounter,
     chunk_document,
 )
@@ -48,7 +48,7 @@ def test_counter_counts_english_words_and_chinese_characters() -> None:
     assert COUNTER.count("大模型推理") == 5
 
 
-@pytest.mark.parametrize("strategy", ["headings", "parent_child"])
+@pytest.mark.parametrize("strategy", list(ChunkingStrategy))
 def test_rechunking_gives_identical_ids(strategy: ChunkingStrategy) -> None:
     config = ChunkingConfig(strategy=strategy, heading_max_size=60, child_size=40, parent_size=120)
     first = chunk_document("doc-1", sample_document(), config)
@@ -188,6 +188,15 @@ def test_empty_blocks_yield_no_chunks() -> None:
         blocks=[Block("heading", "Only", level=1), Block("paragraph", "   \n\n ", ("Only",))]
     )
     assert chunk_document("doc", doc) == []
+
+
+@pytest.mark.parametrize("given", ["heading", ChunkingStrategy.HEADING])
+def test_the_strategy_is_the_shared_vocabulary_member_however_it_is_spelled(given: str) -> None:
+    config = ChunkingConfig(strategy=given, heading_max_size=60)  # type: ignore[arg-type]
+    assert config.strategy is ChunkingStrategy.HEADING
+    expected = chunk_document("doc", sample_document(), ChunkingConfig(heading_max_size=60))
+    assert chunk_document("doc", sample_document(), config) == expected
+    assert all(not c.parent_id for c in expected)
 
 
 @pytest.mark.parametrize(

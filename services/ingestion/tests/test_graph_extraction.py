@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from knowsphere_contracts.vocabulary import MAX_ENTITY_NAME_CHARS, normalise_entity_name
 from knowsphere_ingestion.domain.chunking import HeuristicTokenCounter
 from knowsphere_ingestion.domain.graph_extraction import (
     DEFAULT_ENTITY_TYPES,
-    MAX_NAME_CHARS,
     ChunkText,
     ExtractedEntity,
     ExtractedRelation,
@@ -19,7 +19,6 @@ from knowsphere_ingestion.domain.graph_extraction import (
     batch_chunks,
     build_extraction_messages,
     merge_extractions,
-    normalise_name,
     parse_extraction,
 )
 
@@ -410,7 +409,7 @@ def test_names_are_trimmed_collapsed_and_empty_or_oversized_names_dropped() -> N
             {"name": "   ", "type": "person"},
             {"name": "", "type": "person"},
             {"name": None, "type": "person"},
-            {"name": "x" * (MAX_NAME_CHARS + 1), "type": "concept"},
+            {"name": "x" * (MAX_ENTITY_NAME_CHARS + 1), "type": "concept"},
             {"name": 2023, "type": "date"},
         ],
         [
@@ -421,6 +420,15 @@ def test_names_are_trimmed_collapsed_and_empty_or_oversized_names_dropped() -> N
     result = parse_extraction(raw, EN_BATCH)
     assert entity_names(result) == ["2023", "Satya Nadella"]
     assert triples(result) == [("Satya Nadella", "leads", "Microsoft")]
+
+
+def test_a_name_is_dropped_when_its_merge_key_is_over_retrievals_limit() -> None:
+    # "ß" case-folds to "ss": 300 characters as written, 600 as retrieval's merge key.
+    long_key = "ß" * 300
+    at_limit = "A" * MAX_ENTITY_NAME_CHARS
+    raw = envelope([{"name": long_key, "type": "concept"}, {"name": at_limit, "type": "concept"}], [])
+    assert len(normalise_entity_name(long_key)) > MAX_ENTITY_NAME_CHARS
+    assert entity_names(parse_extraction(raw, EN_BATCH)) == [at_limit]
 
 
 def test_duplicates_within_a_reply_merge_and_self_relations_are_dropped() -> None:
@@ -561,8 +569,8 @@ def test_merge_output_is_sorted_and_independent_of_batch_order() -> None:
     forward = merge_extractions([first, second])
     backward = merge_extractions([second, first])
     assert forward == backward
-    assert [normalise_name(e.name) for e in forward.entities] == sorted(
-        normalise_name(e.name) for e in forward.entities
+    assert [normalise_entity_name(e.name) for e in forward.entities] == sorted(
+        normalise_entity_name(e.name) for e in forward.entities
     )
     assert merge_extractions([first, second]) == forward  # re-runs give identical requests
 

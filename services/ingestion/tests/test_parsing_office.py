@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from knowsphere_ingestion.parsing import ParseError, parse
+from knowsphere_ingestion.parsing import ParseError, ParseErrorCode, parse
 
 DATA = Path("/work/shared/data/office-docs")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"evaluation data folder {DATA} is absent")
@@ -144,16 +144,18 @@ def test_docx_dispatch_by_content_type() -> None:
 
 @pytest.mark.parametrize("name", ["broken.docx", "broken.pptx", "broken.xlsx"])
 def test_random_bytes_raise_parse_error(name: str) -> None:
-    with pytest.raises(ParseError, match=name.replace(".", r"\.")):
+    with pytest.raises(ParseError, match=name.replace(".", r"\.")) as error:
         parse(os.urandom(4096), name)
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
 
 
 def test_zip_that_is_not_ooxml_raises_parse_error() -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("hello.txt", "not a word document")
-    with pytest.raises(ParseError, match=r"notword\.docx"):
+    with pytest.raises(ParseError, match=r"notword\.docx") as error:
         parse(buffer.getvalue(), "notword.docx")
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +175,9 @@ def test_zip_bomb_docx_is_rejected_quickly_without_memory_growth(zip_bomb: bytes
     assert len(zip_bomb) < 8 * 1024 * 1024
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
-    with pytest.raises(ParseError, match=r"bomb\.docx.*over the limit of 209715200 bytes"):
+    with pytest.raises(ParseError, match=r"bomb\.docx.*over the limit of 209715200 bytes") as error:
         parse(zip_bomb, "bomb.docx")
+    assert error.value.code == ParseErrorCode.ARCHIVE_TOO_LARGE
     assert time.monotonic() - started < 1.0
     peak_growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
     assert peak_growth_kib < 50 * 1024
@@ -185,11 +188,13 @@ def test_many_members_and_high_ratio_are_rejected() -> None:
     with zipfile.ZipFile(many, "w") as archive:
         for index in range(10_001):
             archive.writestr(f"m{index}", b"")
-    with pytest.raises(ParseError, match=r"over the limit of 10000"):
+    with pytest.raises(ParseError, match=r"over the limit of 10000") as error:
         parse(many.getvalue(), "many.xlsx")
+    assert error.value.code == ParseErrorCode.ARCHIVE_TOO_LARGE
 
     dense = io.BytesIO()
     with zipfile.ZipFile(dense, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("ppt/presentation.xml", bytes(20 * 1024 * 1024))
-    with pytest.raises(ParseError, match=r"over the limit of 100:1"):
+    with pytest.raises(ParseError, match=r"over the limit of 100:1") as error:
         parse(dense.getvalue(), "dense.pptx")
+    assert error.value.code == ParseErrorCode.ARCHIVE_TOO_LARGE

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from knowsphere_ingestion.domain.document import ParsedDocument
-from knowsphere_ingestion.parsing import ParseError, parse
+from knowsphere_ingestion.parsing import ParseError, ParseErrorCode, parse
 from knowsphere_ingestion.parsing import ocr as ocr_module
 from knowsphere_ingestion.parsing.image import MAX_IMAGE_PIXELS
 from knowsphere_ingestion.parsing.pdf import parse_pdf
@@ -227,12 +227,14 @@ def _png_chunk(kind: bytes, payload: bytes) -> bytes:
 
 
 def test_broken_images_raise_parse_error() -> None:
-    with pytest.raises(ParseError, match=r"noise\.jpg is not a readable image"):
+    with pytest.raises(ParseError, match=r"noise\.jpg is not a readable image") as error:
         parse(os.urandom(4096), "noise.jpg")
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
     buffer = io.BytesIO()
     Image.effect_noise((400, 400), 50).convert("RGB").save(buffer, format="JPEG")
-    with pytest.raises(ParseError, match=r"cut\.jpg is corrupt or truncated"):
+    with pytest.raises(ParseError, match=r"cut\.jpg is corrupt or truncated") as error:
         parse(buffer.getvalue()[: len(buffer.getvalue()) // 2], "cut.jpg")
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
 
 
 # --- broken, encrypted and oversized PDFs ----------------------------------------------------------
@@ -243,14 +245,20 @@ def test_truncated_and_random_pdfs_raise_parse_error(office_docs: Path) -> None:
     if not path.is_file():
         pytest.skip(f"evaluation file {path} is absent")
     data = path.read_bytes()
-    with pytest.raises(ParseError, match=r"cut\.pdf is not a valid PDF file \(corrupt or truncated\)"):
+    with pytest.raises(
+        ParseError, match=r"cut\.pdf is not a valid PDF file \(corrupt or truncated\)"
+    ) as error:
         parse(data[: len(data) // 2], "cut.pdf")
-    with pytest.raises(ParseError, match=r"noise\.pdf is not a PDF file"):
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
+    with pytest.raises(ParseError, match=r"noise\.pdf is not a PDF file") as error:
         parse(os.urandom(8192), "noise.pdf")
-    with pytest.raises(ParseError, match=r"garbage\.pdf is not a valid PDF file"):
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
+    with pytest.raises(ParseError, match=r"garbage\.pdf is not a valid PDF file") as error:
         parse(b"%PDF-1.7\n" + os.urandom(8192), "garbage.pdf")
-    with pytest.raises(ParseError, match=r"empty\.pdf is empty"):
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
+    with pytest.raises(ParseError, match=r"empty\.pdf is empty") as error:
         parse(b"", "empty.pdf")
+    assert error.value.code == ParseErrorCode.EMPTY_DOCUMENT
 
 
 def _three_page_pdf() -> bytes:
@@ -269,8 +277,9 @@ def test_encrypted_pdf_needs_a_password() -> None:
     locked.encrypt(user_password="secret", owner_password="owner", algorithm="AES-128")
     buffer = io.BytesIO()
     locked.write(buffer)
-    with pytest.raises(ParseError, match=r"locked\.pdf is encrypted"):
+    with pytest.raises(ParseError, match=r"locked\.pdf is encrypted") as error:
         parse(buffer.getvalue(), "locked.pdf")
+    assert error.value.code == ParseErrorCode.ENCRYPTED
 
     # Encrypted with an empty user password (only editing is restricted): it opens.
     restricted = pypdf.PdfWriter()
@@ -284,6 +293,7 @@ def test_encrypted_pdf_needs_a_password() -> None:
 
 def test_page_limit_is_enforced() -> None:
     data = _three_page_pdf()
-    with pytest.raises(ParseError, match=r"big\.pdf has 3 pages, over the limit of 2 pages"):
+    with pytest.raises(ParseError, match=r"big\.pdf has 3 pages, over the limit of 2 pages") as error:
         parse_pdf(data, "big.pdf", max_pages=2)
+    assert error.value.code == ParseErrorCode.DOCUMENT_TOO_LARGE
     assert parse_pdf(data, "ok.pdf", max_pages=3).page_count == 3

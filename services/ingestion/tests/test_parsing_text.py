@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from lxml import html as lxml_html
 
-from knowsphere_ingestion.parsing import ParseError, UnsupportedFormat, parse
+from knowsphere_ingestion.parsing import ParseError, ParseErrorCode, UnsupportedFormat, parse
 
 DATA = Path("/work/shared/data/office-docs")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"evaluation data folder {DATA} is absent")
@@ -199,23 +199,51 @@ def test_markdown_structure() -> None:
 
 
 def test_empty_file_is_a_parse_error() -> None:
-    with pytest.raises(ParseError, match=r"empty\.txt is empty"):
+    with pytest.raises(ParseError, match=r"empty\.txt is empty") as error:
         parse(b"", "empty.txt")
-    with pytest.raises(ParseError, match=r"blank\.md is empty"):
+    assert error.value.code == ParseErrorCode.EMPTY_DOCUMENT
+    with pytest.raises(ParseError, match=r"blank\.md is empty") as error:
         parse(b"  \n\t\n", "blank.md")
+    assert error.value.code == ParseErrorCode.EMPTY_DOCUMENT
 
 
 def test_binary_blob_named_txt_is_a_parse_error() -> None:
     blob = bytes(range(256)) * 16
-    with pytest.raises(ParseError, match=r"blob\.txt is not a text file"):
+    with pytest.raises(ParseError, match=r"blob\.txt is not a text file") as error:
         parse(blob, "blob.txt")
+    assert error.value.code == ParseErrorCode.CORRUPT_FILE
 
 
 def test_unknown_extension_is_unsupported() -> None:
-    with pytest.raises(UnsupportedFormat, match=r"'\.xyz'.*\.csv, .*\.txt"):
+    with pytest.raises(UnsupportedFormat, match=r"'\.xyz'.*\.csv, .*\.txt") as error:
         parse(b"hello", "data.xyz")
+    assert error.value.code == ParseErrorCode.UNSUPPORTED_FORMAT
 
 
 def test_content_type_used_without_extension() -> None:
     doc = parse(b"<html><body><p>Hello there.</p></body></html>", "upload", "text/html; charset=utf-8")
     assert "Hello there." in doc.text
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "words"),
+    [
+        (
+            "blank.html",
+            b"<html><head><script>var x = 1;</script></head><body>  </body></html>",
+            "no visible text",
+        ),
+        ("commas.csv", b",,,\n,,\n", "has no rows"),
+    ],
+)
+def test_a_file_with_nothing_to_read_is_an_empty_document(name: str, data: bytes, words: str) -> None:
+    with pytest.raises(ParseError, match=words) as error:
+        parse(data, name)
+    assert error.value.code == ParseErrorCode.EMPTY_DOCUMENT
+
+
+def test_an_unsupported_format_is_a_parse_error_with_its_code() -> None:
+    with pytest.raises(ParseError) as error:
+        parse(b"hello", "data.xyz")
+    assert isinstance(error.value, UnsupportedFormat)
+    assert error.value.code == ParseErrorCode.UNSUPPORTED_FORMAT

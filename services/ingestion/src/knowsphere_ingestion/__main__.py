@@ -1,14 +1,18 @@
-"""Wiring of the ingestion API: storage, peers, Temporal client, progress feed, gRPC server.
+"""Wiring of the ingestion API: storage, peers, Temporal client, progress events, gRPC server.
 
 The workflow workers run as their own process: ``python -m knowsphere_ingestion.worker``.
 """
 
+from temporalio.client import Client
+
 from knowsphere_ingestion import SERVICE_NAME
-from knowsphere_ingestion.api.feed import ProgressFeed
-from knowsphere_ingestion.api.grpc import IngestionServicer, build_binding
+from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, MODELHUB, DocumentEvent, build_bus
+from knowsphere_ingestion.api.documents import DocumentRemoval
+from knowsphere_ingestion.api.grpc import build_binding
+from knowsphere_ingestion.api.runs import Runs
 from knowsphere_ingestion.core import Reconciler, Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
-from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
@@ -30,25 +34,34 @@ def main() -> None:
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
+        bus = build_bus()
+        events: Fanout[DocumentEvent] = Fanout()
+        broker.include_router(bus.subscribers)
+        broker.include_router(bus.model_changes)
+        broker.context.set_global(DOCUMENT_EVENTS, events)
+        broker.context.set_global(MODELHUB, modelhub)
 
-        def client() -> object:
+        def client() -> Client:
             if temporal.client is None:
                 raise RuntimeError("Temporal is not connected")
             return temporal.client
 
-        servicer = IngestionServicer(
+        runs = Runs(settings=settings, store=storage.store, temporal=client)
+        removal = DocumentRemoval(store=storage.store, blobs=storage.blobs, retrieval=retrieval, runs=runs)
+        binding = build_binding(
             settings=settings,
             store=storage.store,
             blobs=storage.blobs,
             modelhub=modelhub,
             retrieval=retrieval,
-            temporal=client,  # type: ignore[arg-type]
-            feed=ProgressFeed(broker),
+            runs=runs,
+            removal=removal,
+            events=events,
         )
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer)],
+            bindings=[binding],
             grace=settings.shutdown_grace_seconds,
         )
         return [
@@ -56,7 +69,7 @@ def main() -> None:
             storage,
             temporal,
             BrokerComponent(broker),
-            Reconciler(servicer, storage.store),
+            Reconciler(storage.store, removal, runs),
             server,
         ]
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
 
-from knowsphere_contracts.services import CONTRACTS
-from knowsphere_ingestion.adapters.peers import ModelHub, Retrieval
+from knowsphere_clients import ModelHubClient, RetrievalClient, service_channel
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import Document
 from knowsphere_ingestion.settings import Settings
@@ -22,7 +22,10 @@ from knowsphere_ingestion.storage.blobs import BlobStore
 from knowsphere_ingestion.storage.factory import blob_store_for
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.lifecycle import StartupError
-from knowsphere_runtime.rpc import open_channel
+
+if TYPE_CHECKING:  # the API's parts; the workers import this module without them
+    from knowsphere_ingestion.api.documents import DocumentRemoval
+    from knowsphere_ingestion.api.runs import Runs
 
 log = structlog.get_logger(__name__)
 
@@ -54,25 +57,18 @@ class Storage:
 
 
 def peer_channels(settings: Settings) -> tuple[grpc.aio.Channel, grpc.aio.Channel]:
-    modelhub = open_channel(
-        settings.modelhub_addr,
-        services=[CONTRACTS["modelhub"].descriptor],
-        unary_timeout=settings.rpc_timeout_seconds,
-        stream_timeout=settings.rpc_stream_timeout_seconds,
+    """Channels to modelhub and retrieval, with the deadlines of the settings."""
+    return (
+        service_channel("modelhub", settings.modelhub_addr, settings),
+        service_channel("retrieval", settings.retrieval_addr, settings),
     )
-    retrieval = open_channel(
-        settings.retrieval_addr,
-        services=[CONTRACTS["retrieval"].descriptor],
-        unary_timeout=settings.rpc_timeout_seconds,
-        stream_timeout=settings.rpc_stream_timeout_seconds,
-    )
-    return modelhub, retrieval
 
 
 def peers(
     settings: Settings, modelhub: grpc.aio.Channel, retrieval: grpc.aio.Channel
-) -> tuple[ModelHub, Retrieval]:
-    return ModelHub(modelhub, embed_timeout=settings.embed_timeout_seconds), Retrieval(retrieval)
+) -> tuple[ModelHubClient, RetrievalClient]:
+    """The clients of modelhub and retrieval over the channels of :func:`peer_channels`."""
+    return ModelHubClient(modelhub, embed_timeout=settings.embed_timeout_seconds), RetrievalClient(retrieval)
 
 
 class Reconciler:
@@ -84,9 +80,12 @@ class Reconciler:
 
     name = "reconciler"
 
-    def __init__(self, servicer: object, store: IngestionStore, interval: float = 60.0) -> None:
-        self._servicer = servicer
+    def __init__(
+        self, store: IngestionStore, removal: DocumentRemoval, runs: Runs, interval: float = 60.0
+    ) -> None:
         self._store = store
+        self._removal = removal
+        self._runs = runs
         self._interval = interval
         self._task: asyncio.Task[None] | None = None
 
@@ -109,13 +108,22 @@ class Reconciler:
             await asyncio.sleep(self._interval)
 
     async def run_once(self) -> None:
+        # One document or run that cannot be finished now (a peer away) does not hold up the others.
         for document in await self._store.deleting_documents():
             with bound_identity(Identity(document.tenant_id, "system")):
-                await self._servicer._purge(document)  # type: ignore[attr-defined]
+                try:
+                    await self._removal.purge(document)
+                except Exception:
+                    log.warning(
+                        "deletion not finished; retrying later", document_id=document.id, exc_info=True
+                    )
         cutoff = datetime.now(UTC) - timedelta(seconds=self._interval / 2)
         runs: dict[str, list[Document]] = {}
         for document in await self._store.stale_queued(cutoff):
             runs.setdefault(document.ingest_run_id, []).append(document)
-        for documents in runs.values():  # the documents of one upload batch share their run
+        for run_id, documents in runs.items():  # the documents of one upload batch share their run
             with bound_identity(Identity(documents[0].tenant_id, "system")):
-                await self._servicer._start(documents)  # type: ignore[attr-defined]
+                try:
+                    await self._runs.start(documents)
+                except Exception:
+                    log.warning("queued run not started; retrying later", run_id=run_id, exc_info=True)

@@ -17,10 +17,10 @@ from datetime import timedelta
 import structlog
 from temporalio.worker import Worker
 
-from knowsphere_contracts.events import Event
 from knowsphere_ingestion import SERVICE_NAME
 from knowsphere_ingestion.activities import IngestionActivities
-from knowsphere_ingestion.adapters.peers import EmbedBatcher
+from knowsphere_ingestion.adapters.batching import EmbedBatcher
+from knowsphere_ingestion.api.bus import MODELHUB, build_bus
 from knowsphere_ingestion.core import Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.workflows import IngestDocuments, MigrateEmbeddings
@@ -91,10 +91,10 @@ def main() -> None:
             client_name=f"{SERVICE_NAME}-worker",
             graceful_timeout=settings.shutdown_grace_seconds,
         )
-
-        async def publish(event: Event) -> None:
-            await broker.publish(event.model_dump(mode="json"), subject=event.subject)
-
+        bus = build_bus()
+        broker.include_router(bus.publishers)  # the workers publish document events
+        broker.include_router(bus.model_changes)  # and drop cached model facts when a model changes
+        broker.context.set_global(MODELHUB, modelhub)
         activities = IngestionActivities(
             store=storage.store,
             blobs=storage.blobs,
@@ -106,7 +106,7 @@ def main() -> None:
                 max_wait=settings.embed_batch_wait_ms / 1000,
                 max_in_flight=settings.embed_calls_in_flight,
             ),
-            publish=publish,
+            publish=bus.publish,
             parse_executor=ThreadPoolExecutor(
                 max_workers=settings.parse_threads, thread_name_prefix="ingestion-parse"
             ),

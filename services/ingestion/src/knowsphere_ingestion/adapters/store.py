@@ -1,101 +1,49 @@
-"""Knowledge bases and documents in SQL (SQLite embedded, PostgreSQL in production).
+"""Knowledge bases and documents in SQL (SQLite embedded, PostgreSQL in production): the queries.
 
 Every read and write takes the tenant id, so one tenant never sees another's rows even with the other's
 ids. Status changes are guarded by the ingest run: a worker of an older run can no longer overwrite the
-status of a document that was re-ingested or deleted meanwhile.
+status of a document that was re-ingested or deleted meanwhile. The tables are in ``store_tables``, the
+conversion of records to and from their columns in ``store_codec``; what the store returns is typed with
+the shared vocabulary (``DocumentStatus``, ``IngestionStage``, ``MigrationState``).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
-    Column,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    and_,
-    bindparam,
-    delete,
-    func,
-    select,
-    update,
-)
+from sqlalchemy import and_, bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from knowsphere_ingestion.domain.records import (
-    ChunkingSettings,
-    Document,
-    Failure,
-    KnowledgeBase,
-    Migration,
-    Progress,
-    Status,
+from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage
+from knowsphere_ingestion.adapters.page_tokens import decode_page_token, encode_page_token
+from knowsphere_ingestion.adapters.store_codec import (
+    NO_COUNTS,
+    document_columns,
+    document_from_row,
+    kb_columns,
+    kb_from_row,
+    new_document_row,
+    new_kb_row,
+    now,
+    progress_to_json,
+    stage_value,
+    status_value,
+    status_values,
 )
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
+from knowsphere_ingestion.adapters.store_tables import documents, knowledge_bases, metadata
+from knowsphere_ingestion.domain.records import Document, KnowledgeBase, Progress
+from knowsphere_sqlstore import SqlDatabase
 
-metadata = MetaData()
-
-knowledge_bases = Table(
-    "ingestion_knowledge_bases",
-    metadata,
-    Column("id", String(64), primary_key=True),
-    Column("tenant_id", String(128), nullable=False),
-    Column("name", String(256), nullable=False),
-    Column("description", Text, nullable=False, default=""),
-    Column("embedding_model_id", String(128), nullable=False),
-    Column("embedding_dimension", Integer, nullable=False),
-    Column("chunking", JSON, nullable=False),
-    Column("graph_enabled", Boolean, nullable=False, default=False),
-    Column("language_hint", String(16), nullable=False, default=""),
-    Column("migration", JSON, nullable=True),
-    Column("create_time", UtcDateTime, nullable=False),
-    Column("update_time", UtcDateTime, nullable=False),
-    UniqueConstraint("tenant_id", "name", name="uq_ingestion_kb_tenant_name"),
-)
-
-documents = Table(
-    "ingestion_documents",
-    metadata,
-    Column("id", String(64), primary_key=True),
-    Column("tenant_id", String(128), nullable=False),
-    Column("knowledge_base_id", String(64), nullable=False),
-    Column("file_name", String(512), nullable=False),
-    Column("content_type", String(256), nullable=False),
-    Column("size_bytes", BigInteger, nullable=False),
-    Column("content_sha256", String(64), nullable=False),
-    Column("blob_key", String(512), nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("ingest_run_id", String(64), nullable=False, default=""),
-    Column("failure", JSON, nullable=True),
-    Column("warnings", JSON, nullable=False),
-    Column("progress", JSON, nullable=False),
-    Column("title", Text, nullable=False, default=""),
-    Column("page_count", Integer, nullable=False, default=0),
-    Column("chunk_count", Integer, nullable=False, default=0),
-    Column("language", String(16), nullable=False, default=""),
-    Column("metadata", JSON, nullable=False),
-    Column("create_time", UtcDateTime, nullable=False),
-    Column("update_time", UtcDateTime, nullable=False),
-    Column("ready_time", UtcDateTime, nullable=True),
-    Column("stage_seconds", JSON, nullable=False),
-    Column("deleting", Boolean, nullable=False, default=False),
-    Column("rank", Float, nullable=False, default=0.0),
-    UniqueConstraint("tenant_id", "knowledge_base_id", "content_sha256", name="uq_ingestion_doc_content"),
-    Index("ix_ingestion_doc_kb_created", "tenant_id", "knowledge_base_id", "create_time"),
-)
+__all__ = [
+    "DuplicateContent",
+    "DuplicateName",
+    "IngestionStore",
+    "decode_page_token",
+    "encode_page_token",
+]
 
 
 class DuplicateName(Exception):
@@ -110,165 +58,6 @@ class DuplicateContent(Exception):
         self.existing = existing
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _failure_to_json(failure: Failure | None) -> dict[str, Any] | None:
-    if failure is None:
-        return None
-    return {
-        "stage": failure.stage,
-        "code": failure.code,
-        "reason": failure.reason,
-        "attempts": failure.attempts,
-        "time": (failure.time or _now()).isoformat(),
-    }
-
-
-def _failure_from_json(data: dict[str, Any] | None) -> Failure | None:
-    if not data:
-        return None
-    return Failure(
-        stage=data.get("stage", ""),
-        code=data.get("code", ""),
-        reason=data.get("reason", ""),
-        attempts=int(data.get("attempts", 1)),
-        time=datetime.fromisoformat(data["time"]) if data.get("time") else None,
-    )
-
-
-def _progress_to_json(progress: Progress) -> dict[str, Any]:
-    return {
-        "percent": progress.percent,
-        "pages_parsed": progress.pages_parsed,
-        "pages_total": progress.pages_total,
-        "chunks_total": progress.chunks_total,
-        "chunks_embedded": progress.chunks_embedded,
-        "chunks_indexed": progress.chunks_indexed,
-        "chunks_graphed": progress.chunks_graphed,
-        "eta_seconds": progress.eta_seconds,
-    }
-
-
-def _progress_from_json(data: dict[str, Any] | None) -> Progress:
-    data = data or {}
-    return Progress(
-        percent=float(data.get("percent", 0.0)),
-        pages_parsed=int(data.get("pages_parsed", 0)),
-        pages_total=int(data.get("pages_total", 0)),
-        chunks_total=int(data.get("chunks_total", 0)),
-        chunks_embedded=int(data.get("chunks_embedded", 0)),
-        chunks_indexed=int(data.get("chunks_indexed", 0)),
-        chunks_graphed=int(data.get("chunks_graphed", 0)),
-        eta_seconds=data.get("eta_seconds"),
-    )
-
-
-def _migration_to_json(migration: Migration | None) -> dict[str, Any] | None:
-    if migration is None:
-        return None
-    return {
-        "from_model_id": migration.from_model_id,
-        "to_model_id": migration.to_model_id,
-        "to_dimension": migration.to_dimension,
-        "state": migration.state,
-        "documents_done": migration.documents_done,
-        "documents_total": migration.documents_total,
-        "failure_reason": migration.failure_reason,
-        "start_time": migration.start_time.isoformat() if migration.start_time else None,
-        "end_time": migration.end_time.isoformat() if migration.end_time else None,
-    }
-
-
-def _migration_from_json(data: dict[str, Any] | None) -> Migration | None:
-    if not data:
-        return None
-    return Migration(
-        from_model_id=data["from_model_id"],
-        to_model_id=data["to_model_id"],
-        to_dimension=int(data.get("to_dimension", 0)),
-        state=data["state"],
-        documents_done=int(data.get("documents_done", 0)),
-        documents_total=int(data.get("documents_total", 0)),
-        failure_reason=data.get("failure_reason", ""),
-        start_time=datetime.fromisoformat(data["start_time"]) if data.get("start_time") else None,
-        end_time=datetime.fromisoformat(data["end_time"]) if data.get("end_time") else None,
-    )
-
-
-def _document_columns(values: dict[str, Any]) -> dict[str, Any]:
-    """Document fields as column values: failures, warnings and progress become JSON."""
-    out = dict(values)
-    if "failure" in out:
-        out["failure"] = _failure_to_json(out["failure"])
-    if "warnings" in out:
-        out["warnings"] = [_failure_to_json(w) for w in out["warnings"]]
-    if "progress" in out:
-        out["progress"] = _progress_to_json(out["progress"])
-    return out
-
-
-def _kb_from_row(row: Any, counts: tuple[int, int, int] = (0, 0, 0)) -> KnowledgeBase:
-    return KnowledgeBase(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        name=row.name,
-        description=row.description,
-        embedding_model_id=row.embedding_model_id,
-        embedding_dimension=row.embedding_dimension,
-        chunking=ChunkingSettings.from_dict(row.chunking or {}),
-        graph_enabled=bool(row.graph_enabled),
-        language_hint=row.language_hint,
-        migration=_migration_from_json(row.migration),
-        create_time=row.create_time,
-        update_time=row.update_time,
-        document_count=counts[0],
-        chunk_count=counts[1],
-        size_bytes=counts[2],
-    )
-
-
-def _doc_from_row(row: Any) -> Document:
-    return Document(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        knowledge_base_id=row.knowledge_base_id,
-        file_name=row.file_name,
-        content_type=row.content_type,
-        size_bytes=row.size_bytes,
-        content_sha256=row.content_sha256,
-        blob_key=row.blob_key,
-        status=row.status,
-        ingest_run_id=row.ingest_run_id,
-        failure=_failure_from_json(row.failure),
-        warnings=tuple(f for f in (_failure_from_json(w) for w in row.warnings or []) if f is not None),
-        progress=_progress_from_json(row.progress),
-        title=row.title,
-        page_count=row.page_count,
-        chunk_count=row.chunk_count,
-        language=row.language,
-        metadata=dict(row.metadata or {}),
-        create_time=row.create_time,
-        update_time=row.update_time,
-        ready_time=row.ready_time,
-    )
-
-
-def encode_page_token(values: Sequence[str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode()
-
-
-def decode_page_token(token: str, size: int) -> list[str]:
-    try:
-        values = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, TypeError) as error:
-        raise ValueError("page_token: not a token from a previous response") from error
-    if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
-        raise ValueError("page_token: not a token from a previous response")
-    return values
-
-
 class IngestionStore(SqlDatabase):
     def __init__(self, url: str) -> None:
         super().__init__(url, metadata, owner="IngestionStore")
@@ -278,27 +67,14 @@ class IngestionStore(SqlDatabase):
     async def create_kb(self, kb: KnowledgeBase) -> KnowledgeBase:
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(
-                    knowledge_bases.insert().values(
-                        id=kb.id,
-                        tenant_id=kb.tenant_id,
-                        name=kb.name,
-                        description=kb.description,
-                        embedding_model_id=kb.embedding_model_id,
-                        embedding_dimension=kb.embedding_dimension,
-                        chunking=kb.chunking.as_dict(),
-                        graph_enabled=kb.graph_enabled,
-                        language_hint=kb.language_hint,
-                        migration=None,
-                        create_time=kb.create_time,
-                        update_time=kb.update_time,
-                    )
-                )
+                await conn.execute(knowledge_bases.insert().values(**new_kb_row(kb)))
         except IntegrityError as error:
             raise DuplicateName(kb.name) from error
         return kb
 
-    async def _counts(self, conn: Any, tenant: str, kb_ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    async def _counts(
+        self, conn: AsyncConnection, tenant: str, kb_ids: Sequence[str]
+    ) -> dict[str, tuple[int, int, int]]:
         if not kb_ids:
             return {}
         rows = await conn.execute(
@@ -330,7 +106,7 @@ class IngestionStore(SqlDatabase):
             if row is None:
                 return None
             counts = await self._counts(conn, tenant, [kb_id]) if with_counts else {}
-        return _kb_from_row(row, counts.get(kb_id, (0, 0, 0)))
+        return kb_from_row(row, counts.get(kb_id, NO_COUNTS))
 
     async def list_kbs(self, tenant: str, limit: int, after_name: str | None) -> list[KnowledgeBase]:
         query = select(knowledge_bases).where(knowledge_bases.c.tenant_id == tenant)
@@ -339,20 +115,17 @@ class IngestionStore(SqlDatabase):
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query.order_by(knowledge_bases.c.name).limit(limit))).all()
             counts = await self._counts(conn, tenant, [row.id for row in rows])
-        return [_kb_from_row(row, counts.get(row.id, (0, 0, 0))) for row in rows]
+        return [kb_from_row(row, counts.get(row.id, NO_COUNTS)) for row in rows]
 
     async def update_kb(self, tenant: str, kb_id: str, **values: Any) -> KnowledgeBase | None:
-        if "chunking" in values and isinstance(values["chunking"], ChunkingSettings):
-            values["chunking"] = values["chunking"].as_dict()
-        if "migration" in values:
-            values["migration"] = _migration_to_json(values["migration"])
-        values["update_time"] = _now()
+        columns = kb_columns(values)
+        columns["update_time"] = now()
         try:
             async with self.engine.begin() as conn:
                 result = await conn.execute(
                     update(knowledge_bases)
                     .where(knowledge_bases.c.tenant_id == tenant, knowledge_bases.c.id == kb_id)
-                    .values(**values)
+                    .values(**columns)
                 )
         except IntegrityError as error:
             raise DuplicateName(str(values.get("name", ""))) from error
@@ -381,34 +154,7 @@ class IngestionStore(SqlDatabase):
         """Records a new document; raises DuplicateContent with the existing one for the same content."""
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(
-                    documents.insert().values(
-                        id=document.id,
-                        tenant_id=document.tenant_id,
-                        knowledge_base_id=document.knowledge_base_id,
-                        file_name=document.file_name,
-                        content_type=document.content_type,
-                        size_bytes=document.size_bytes,
-                        content_sha256=document.content_sha256,
-                        blob_key=document.blob_key,
-                        status=document.status,
-                        ingest_run_id=document.ingest_run_id,
-                        failure=None,
-                        warnings=[],
-                        progress=_progress_to_json(document.progress),
-                        title="",
-                        page_count=0,
-                        chunk_count=0,
-                        language="",
-                        metadata=document.metadata,
-                        create_time=document.create_time,
-                        update_time=document.update_time,
-                        ready_time=None,
-                        stage_seconds={},
-                        deleting=False,
-                        rank=document.create_time.timestamp(),
-                    )
-                )
+                await conn.execute(documents.insert().values(**new_document_row(document)))
         except IntegrityError:
             existing = await self.find_by_content(
                 document.tenant_id, document.knowledge_base_id, document.content_sha256
@@ -430,7 +176,7 @@ class IngestionStore(SqlDatabase):
                     )
                 )
             ).first()
-        return _doc_from_row(row) if row is not None else None
+        return document_from_row(row) if row is not None else None
 
     async def get_document(
         self, tenant: str, document_id: str, *, include_deleting: bool = False
@@ -440,7 +186,7 @@ class IngestionStore(SqlDatabase):
             query = query.where(documents.c.deleting.is_(False))
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).first()
-        return _doc_from_row(row) if row is not None else None
+        return document_from_row(row) if row is not None else None
 
     async def get_documents(self, tenant: str, document_ids: Sequence[str]) -> list[Document]:
         async with self.engine.connect() as conn:
@@ -451,24 +197,26 @@ class IngestionStore(SqlDatabase):
                     documents.c.deleting.is_(False),
                 )
             )
-            return [_doc_from_row(row) for row in rows]
+            return [document_from_row(row) for row in rows]
 
     async def list_documents(
         self,
         tenant: str,
         kb_id: str,
         *,
-        statuses: Sequence[str],
+        statuses: Sequence[DocumentStatus | str],
         limit: int,
         after: tuple[float, str] | None,
     ) -> list[Document]:
+        """Newest first (by create time, then id); ``after`` is the (rank, id) of the previous page's
+        last document; no statuses means all."""
         query = select(documents).where(
             documents.c.tenant_id == tenant,
             documents.c.knowledge_base_id == kb_id,
             documents.c.deleting.is_(False),
         )
         if statuses:
-            query = query.where(documents.c.status.in_(list(statuses)))
+            query = query.where(documents.c.status.in_(status_values(statuses)))
         if after is not None:
             rank, doc_id = after
             query = query.where(
@@ -476,14 +224,14 @@ class IngestionStore(SqlDatabase):
             )
         query = query.order_by(documents.c.rank.desc(), documents.c.id.desc()).limit(limit)
         async with self.engine.connect() as conn:
-            return [_doc_from_row(row) for row in await conn.execute(query)]
+            return [document_from_row(row) for row in await conn.execute(query)]
 
     async def update_document(
         self, tenant: str, document_id: str, *, run_id: str | None = None, **values: Any
     ) -> Document | None:
         """Changes a document; with ``run_id``, only while that run is the document's current one."""
-        values = _document_columns(values)
-        values["update_time"] = _now()
+        columns = document_columns(values)
+        columns["update_time"] = now()
         condition = [
             documents.c.tenant_id == tenant,
             documents.c.id == document_id,
@@ -492,12 +240,14 @@ class IngestionStore(SqlDatabase):
         if run_id is not None:
             condition.append(documents.c.ingest_run_id == run_id)
         async with self.engine.begin() as conn:
-            result = await conn.execute(update(documents).where(*condition).values(**values))
+            result = await conn.execute(update(documents).where(*condition).values(**columns))
         if result.rowcount == 0:
             return None
         return await self.get_document(tenant, document_id)
 
-    async def set_stage(self, tenant: str, entries: Sequence[tuple[str, str, Progress]], status: str) -> None:
+    async def set_stage(
+        self, tenant: str, entries: Sequence[tuple[str, str, Progress]], status: DocumentStatus | str
+    ) -> None:
         """Sets the status and progress of documents (id, run id, progress) in one statement run once
         per document, each only while that run is its current one."""
         if not entries:
@@ -510,25 +260,29 @@ class IngestionStore(SqlDatabase):
                 documents.c.ingest_run_id == bindparam("b_run"),
                 documents.c.deleting.is_(False),
             )
-            .values(status=status, progress=bindparam("b_progress"), update_time=_now())
+            .values(status=status_value(status), progress=bindparam("b_progress"), update_time=now())
         )
         rows = [
-            {"b_id": document_id, "b_run": run_id, "b_progress": _progress_to_json(progress)}
+            {"b_id": document_id, "b_run": run_id, "b_progress": progress_to_json(progress)}
             for document_id, run_id, progress in entries
         ]
         async with self.engine.begin() as conn:
             await conn.execute(statement, rows)
 
     async def finish_stages(
-        self, tenant: str, stage: str, entries: Sequence[tuple[str, str, float, dict[str, Any]]]
+        self,
+        tenant: str,
+        stage: IngestionStage | str,
+        entries: Sequence[tuple[str, str, float, dict[str, Any]]],
     ) -> set[str]:
         """Stores the results of one stage for documents (id, run id, seconds, values — the same
         fields for each) in one transaction, adding the time each took; only for runs still current.
         Returns the ids of the documents recorded."""
         if not entries:
             return set()
+        stage_name = stage_value(stage)
         runs = {document_id: run_id for document_id, run_id, _, _ in entries}
-        columns = sorted(_document_columns(entries[0][3]))
+        columns = sorted(document_columns(entries[0][3]))
         statement = (
             update(documents)
             .where(
@@ -538,7 +292,7 @@ class IngestionStore(SqlDatabase):
             )
             .values(
                 stage_seconds=bindparam("b_stage_seconds"),
-                update_time=_now(),
+                update_time=now(),
                 **{name: bindparam(f"b_{name}") for name in columns},
             )
         )
@@ -556,8 +310,8 @@ class IngestionStore(SqlDatabase):
                 if document_id not in current:
                     continue
                 spent = current[document_id]
-                spent[stage] = round(float(spent.get(stage, 0.0)) + seconds, 6)
-                encoded = _document_columns(values)
+                spent[stage_name] = round(float(spent.get(stage_name, 0.0)) + seconds, 6)
+                encoded = document_columns(values)
                 rows.append(
                     {
                         "b_id": document_id,
@@ -600,7 +354,7 @@ class IngestionStore(SqlDatabase):
             await conn.execute(
                 update(documents)
                 .where(documents.c.tenant_id == tenant, documents.c.id == document_id)
-                .values(deleting=True, update_time=_now())
+                .values(deleting=True, update_time=now())
             )
         return document
 
@@ -621,7 +375,7 @@ class IngestionStore(SqlDatabase):
     async def deleting_documents(self, limit: int = 100) -> list[Document]:
         async with self.engine.connect() as conn:
             rows = await conn.execute(select(documents).where(documents.c.deleting.is_(True)).limit(limit))
-            return [_doc_from_row(row) for row in rows]
+            return [document_from_row(row) for row in rows]
 
     async def stale_queued(self, before: datetime, limit: int = 500) -> list[Document]:
         """Queued documents not touched since ``before``: their workflow may never have started."""
@@ -629,22 +383,24 @@ class IngestionStore(SqlDatabase):
             rows = await conn.execute(
                 select(documents)
                 .where(
-                    documents.c.status == "queued",
+                    documents.c.status == DocumentStatus.QUEUED.value,
                     documents.c.update_time < before,
                     documents.c.deleting.is_(False),
                 )
                 .limit(limit)
             )
-            return [_doc_from_row(row) for row in rows]
+            return [document_from_row(row) for row in rows]
 
-    async def kb_documents(self, tenant: str, kb_id: str, statuses: Sequence[Status]) -> list[Document]:
+    async def kb_documents(
+        self, tenant: str, kb_id: str, statuses: Sequence[DocumentStatus | str]
+    ) -> list[Document]:
         async with self.engine.connect() as conn:
             rows = await conn.execute(
                 select(documents).where(
                     documents.c.tenant_id == tenant,
                     documents.c.knowledge_base_id == kb_id,
-                    documents.c.status.in_(list(statuses)),
+                    documents.c.status.in_(status_values(statuses)),
                     documents.c.deleting.is_(False),
                 )
             )
-            return [_doc_from_row(row) for row in rows]
+            return [document_from_row(row) for row in rows]

@@ -1,8 +1,12 @@
-"""Ingestion on the NATS bus: the document events the workers publish and the API watches.
+"""Ingestion on the NATS bus: the document events the workers publish and the API watches, and the
+model changes that drop cached model facts.
 
 The workers publish each document's progress and its final status; the API's one typed subscriber per
 subject hands them to the progress watches open in its process (WatchDocumentProgress) through a
 :class:`~knowsphere_runtime.bus.Fanout` found in FastStream's context under ``DOCUMENT_EVENTS``.
+What a process caches of a tenant's models (whether a default ASR model exists, an embedding model's
+languages) is dropped when modelhub announces a change (``ks.modelhub.model.changed.v1``; see
+:mod:`knowsphere_clients.model_changes`); both the API and the workers include that router.
 ``make asyncapi`` documents these from :func:`build_bus`.
 """
 
@@ -15,6 +19,7 @@ from faststream import Context
 from faststream.nats import NatsRouter
 from faststream.nats.publisher.usecase import LogicPublisher
 
+from knowsphere_clients.model_changes import MODELHUB, model_changes_router
 from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
 from knowsphere_runtime.bus import Fanout
 
@@ -23,6 +28,8 @@ DOCUMENT_EVENTS = "document_events"
 """Context name of the API's ``Fanout[DocumentEvent]``."""
 
 Events = Annotated[Fanout[DocumentEvent], Context(DOCUMENT_EVENTS)]
+
+__all__ = ["DOCUMENT_EVENTS", "MODELHUB", "DocumentEvent", "IngestionBus", "build_bus"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class IngestionBus:
     """What the API includes: the subscribers feeding its progress watches."""
     progress: LogicPublisher
     finished: LogicPublisher
+    model_changes: NatsRouter
+    """What a process caching model facts includes (with its ModelHubClient under ``MODELHUB``)."""
 
     async def publish(self, event: Event) -> None:
         """Publishes a document event on its subject."""
@@ -72,4 +81,6 @@ def build_bus() -> IngestionBus:
     async def on_finished(event: DocumentFinished, events: Events) -> None:
         events.publish(event)
 
-    return IngestionBus(publishers, subscribers, progress, finished)
+    model_changes = model_changes_router("ingestion")
+
+    return IngestionBus(publishers, subscribers, progress, finished, model_changes)

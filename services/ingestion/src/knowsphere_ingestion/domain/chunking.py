@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal, Protocol
 
+from knowsphere_contracts.vocabulary import ChunkingStrategy
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 
-ChunkingStrategy = Literal["headings", "parent_child"]
 ContentKind = Literal["text", "table"]
 
 DEFAULT_CHILD_SIZE = 256
@@ -70,15 +70,19 @@ class HeuristicTokenCounter:
 
 @dataclass(frozen=True)
 class ChunkingConfig:
-    strategy: ChunkingStrategy = "headings"
+    strategy: ChunkingStrategy = ChunkingStrategy.HEADING
     child_size: int = DEFAULT_CHILD_SIZE
     child_overlap: int = DEFAULT_CHILD_OVERLAP
     parent_size: int = DEFAULT_PARENT_SIZE
     heading_max_size: int = DEFAULT_HEADING_MAX_SIZE
 
     def __post_init__(self) -> None:
-        if self.strategy not in ("headings", "parent_child"):
-            raise ValueError(f"strategy must be 'headings' or 'parent_child', got {self.strategy!r}")
+        if not isinstance(self.strategy, ChunkingStrategy):
+            # A plain string (a member's value) becomes the member.
+            try:
+                object.__setattr__(self, "strategy", ChunkingStrategy.parse(self.strategy))
+            except ValueError as error:
+                raise ValueError(f"strategy: {error}") from None
         for name in ("child_size", "parent_size", "heading_max_size"):
             value = getattr(self, name)
             if value <= 0:
@@ -99,13 +103,20 @@ class ChunkingConfig:
 class ChunkDraft:
     id: str
     text: str
-    parent_id: str  # empty for the headings strategy
+    parent_id: str  # empty for the heading strategy
     parent_text: str
     position: int  # 0-based reading order within the document
     heading_path: tuple[str, ...]
     page: int
     token_count: int
     metadata: dict[str, str] = field(default_factory=dict)
+
+
+def embedding_text(chunk: ChunkDraft) -> str:
+    """What is embedded for a chunk: its heading path as context, then its text."""
+    if chunk.heading_path:
+        return " > ".join(chunk.heading_path) + "\n" + chunk.text
+    return chunk.text
 
 
 def chunk_id(document_id: str, position: int, text: str) -> str:
@@ -128,9 +139,10 @@ def chunk_document(
     drafts: list[ChunkDraft] = []
     parent_index = 0
     for heading_path, blocks in _sections(parsed.blocks):
-        group_size = config.heading_max_size if config.strategy == "headings" else config.parent_size
+        by_heading = config.strategy == ChunkingStrategy.HEADING
+        group_size = config.heading_max_size if by_heading else config.parent_size
         for group in chunker.groups(blocks, group_size):
-            if config.strategy == "headings":
+            if by_heading:
                 drafts.append(
                     _draft(document_id, len(drafts), group.text, "", "", heading_path, group, chunker)
                 )
@@ -197,7 +209,7 @@ def _sections(blocks: Sequence[Block]) -> list[tuple[tuple[str, ...], list[Block
 
 @dataclass
 class _Group:
-    """A chunk (headings) or parent passage (parent_child): whole blocks or pieces of one big block."""
+    """A chunk (heading) or parent passage (parent_child): whole blocks or pieces of one big block."""
 
     kind: ContentKind
     parts: list[tuple[str, int]]  # (text, page)

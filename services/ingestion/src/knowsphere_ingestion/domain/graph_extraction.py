@@ -22,9 +22,10 @@ Rules a caller can rely on:
   alternative key names (``relationships``, ``entity_name``, ``src``/``tgt`` …), types in Chinese, and
   weights as strings, percentages, 1–10 or 1–100 scores, or high/medium/low. It raises
   ``ExtractionOutputError`` only when the reply holds no JSON object or array at all.
-* Names are trimmed with whitespace runs collapsed; empty names and names over ``MAX_NAME_CHARS``
-  (retrieval's limit, which would reject the whole request) are dropped. Unknown entity types become
-  ``FALLBACK_ENTITY_TYPE``; a missing relation type becomes ``DEFAULT_RELATION_TYPE``.
+* Names are trimmed with whitespace runs collapsed; empty names and names whose merge key is over
+  ``MAX_ENTITY_NAME_CHARS`` (retrieval's limit, which would reject the whole request) are dropped.
+  Unknown entity types become ``FALLBACK_ENTITY_TYPE``; a missing relation type becomes
+  ``DEFAULT_RELATION_TYPE``.
 * A relation whose endpoint is not among the extracted entities is kept *without* adding a placeholder
   entity: retrieval already merges a relation's endpoints as entities supported by the relation's
   chunks, with an empty type that never overwrites a type the graph already has — a placeholder typed
@@ -32,11 +33,11 @@ Rules a caller can rely on:
   rewritten to that entity's name so both land on one node. Self-relations are dropped.
 * Per batch at most ``max_entities`` distinct entities and ``max_relations`` distinct relations are kept
   (the first ones in the model's order), bounding what a runaway reply can add.
-* Merging (within a batch and across batches) uses retrieval's keys: entities by normalised name
-  (NFKC, case-folded, whitespace collapsed), relations by (source, type, target). It unions chunk ids
-  and aliases (sorted), keeps the longest description, the highest weight, the first-seen name, and
-  the most frequent type other than the fallback. Output is sorted by key, so the same replies always
-  give byte-identical requests.
+* Merging (within a batch and across batches) uses retrieval's keys: entities by
+  ``normalise_entity_name`` (the shared vocabulary's merge key), relations by (source, type, target).
+  It unions chunk ids and aliases (sorted), keeps the longest description, the highest weight, the
+  first-seen name, and the most frequent type other than the fallback. Output is sorted by key, so the
+  same replies always give byte-identical requests.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from knowsphere_contracts.vocabulary import MAX_ENTITY_NAME_CHARS, normalise_entity_name
 from knowsphere_ingestion.domain.chunking import HeuristicTokenCounter, TokenCounter
 
 DEFAULT_BATCH_MAX_TOKENS: Final = 3000
 DEFAULT_MAX_ENTITIES_PER_BATCH: Final = 50
 DEFAULT_MAX_RELATIONS_PER_BATCH: Final = 80
-MAX_NAME_CHARS: Final = 512  # retrieval rejects a request with a longer name (graph_bolt.MAX_NAME_CHARS)
 MAX_DESCRIPTION_CHARS: Final = 1000
 MAX_ALIASES_PER_ENTITY: Final = 10
 MAX_RELATION_TYPE_CHARS: Final = 64
@@ -201,11 +202,6 @@ class ExtractedRelation:
 class GraphExtraction:
     entities: tuple[ExtractedEntity, ...] = ()
     relations: tuple[ExtractedRelation, ...] = ()
-
-
-def normalise_name(name: str) -> str:
-    """The merge key of a name, as retrieval computes it: NFKC, case-folded, whitespace collapsed."""
-    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip()
 
 
 def chunk_label(index: int) -> str:
@@ -375,7 +371,7 @@ def parse_extraction(
         entity = _entity(item, chunk_ids, allowed)
         if entity is None:
             continue
-        entity_key = normalise_name(entity.name)
+        entity_key = normalise_entity_name(entity.name)
         if entity_key in entity_keys or len(entity_keys) < max_entities:
             entity_keys.add(entity_key)
             entities.append(entity)
@@ -433,10 +429,10 @@ def _entity(
     name = _clean_name(_first(item, _NAME_KEYS))
     if not name:
         return None
-    key = normalise_name(name)
-    aliases = tuple(alias for alias in _aliases(_first(item, _ALIAS_KEYS)) if normalise_name(alias) != key)[
-        :MAX_ALIASES_PER_ENTITY
-    ]
+    key = normalise_entity_name(name)
+    aliases = tuple(
+        alias for alias in _aliases(_first(item, _ALIAS_KEYS)) if normalise_entity_name(alias) != key
+    )[:MAX_ALIASES_PER_ENTITY]
     return ExtractedEntity(
         name=name,
         type=_entity_type(_first(item, _TYPE_KEYS), allowed),
@@ -453,9 +449,9 @@ def _relation(
     target = _clean_name(_first(item, _TARGET_KEYS))
     if not source or not target:
         return None
-    source = names.get(normalise_name(source), source)
-    target = names.get(normalise_name(target), target)
-    if normalise_name(source) == normalise_name(target):
+    source = names.get(normalise_entity_name(source), source)
+    target = names.get(normalise_entity_name(target), target)
+    if normalise_entity_name(source) == normalise_entity_name(target):
         return None
     return ExtractedRelation(
         source_name=source,
@@ -473,9 +469,9 @@ def _name_index(entities: Iterable[ExtractedEntity]) -> dict[str, str]:
     entities = list(entities)
     for entity in entities:
         for alias in entity.aliases:
-            index.setdefault(normalise_name(alias), entity.name)
+            index.setdefault(normalise_entity_name(alias), entity.name)
     for entity in entities:
-        index[normalise_name(entity.name)] = entity.name
+        index[normalise_entity_name(entity.name)] = entity.name
     return index
 
 
@@ -504,7 +500,8 @@ def _text(value: Any) -> str:
 
 def _clean_name(value: Any) -> str:
     name = _WHITESPACE.sub(" ", _text(value)).strip()
-    return name if len(name) <= MAX_NAME_CHARS else ""
+    # Retrieval refuses the whole request when one name's merge key is over the limit.
+    return name if len(normalise_entity_name(name)) <= MAX_ENTITY_NAME_CHARS else ""
 
 
 def _clean_description(value: Any) -> str:
@@ -593,7 +590,7 @@ def merge_extractions(extractions: Iterable[GraphExtraction]) -> GraphExtraction
     entity_groups: dict[str, list[ExtractedEntity]] = {}
     for extraction in extractions:
         for entity in extraction.entities:
-            entity_groups.setdefault(normalise_name(entity.name), []).append(entity)
+            entity_groups.setdefault(normalise_entity_name(entity.name), []).append(entity)
     entities = {key: _merge_entities(group) for key, group in entity_groups.items()}
     # Endpoints take the merged entity's name, also when they cite an alias another batch gave.
     names = _name_index(entities.values())
@@ -601,9 +598,9 @@ def merge_extractions(extractions: Iterable[GraphExtraction]) -> GraphExtraction
     relation_groups: dict[tuple[str, str, str], list[ExtractedRelation]] = {}
     for extraction in extractions:
         for relation in extraction.relations:
-            source = names.get(normalise_name(relation.source_name), relation.source_name)
-            target = names.get(normalise_name(relation.target_name), relation.target_name)
-            if normalise_name(source) == normalise_name(target):
+            source = names.get(normalise_entity_name(relation.source_name), relation.source_name)
+            target = names.get(normalise_entity_name(relation.target_name), relation.target_name)
+            if normalise_entity_name(source) == normalise_entity_name(target):
                 continue
             renamed = replace(relation, source_name=source, target_name=target)
             relation_groups.setdefault(_relation_key(renamed), []).append(renamed)
@@ -616,13 +613,13 @@ def merge_extractions(extractions: Iterable[GraphExtraction]) -> GraphExtraction
 
 def _merge_entities(group: Sequence[ExtractedEntity]) -> ExtractedEntity:
     first = group[0]
-    key = normalise_name(first.name)
+    key = normalise_entity_name(first.name)
     return ExtractedEntity(
         name=first.name,
         type=_majority_type(entity.type for entity in group),
         description=_longest(entity.description for entity in group),
         aliases=_sorted_unique(
-            alias for entity in group for alias in entity.aliases if normalise_name(alias) != key
+            alias for entity in group for alias in entity.aliases if normalise_entity_name(alias) != key
         ),
         source_chunk_ids=tuple(sorted({c for entity in group for c in entity.source_chunk_ids})),
     )
@@ -642,9 +639,9 @@ def _merge_relations(group: Sequence[ExtractedRelation]) -> ExtractedRelation:
 
 def _relation_key(relation: ExtractedRelation) -> tuple[str, str, str]:
     return (
-        normalise_name(relation.source_name),
-        normalise_name(relation.type),
-        normalise_name(relation.target_name),
+        normalise_entity_name(relation.source_name),
+        normalise_entity_name(relation.type),
+        normalise_entity_name(relation.target_name),
     )
 
 
@@ -666,7 +663,7 @@ def _sorted_unique(names: Iterable[str]) -> tuple[str, ...]:
     """Names deduplicated by normalised form (first spelling kept), sorted by that form."""
     unique: dict[str, str] = {}
     for name in names:
-        unique.setdefault(normalise_name(name), name)
+        unique.setdefault(normalise_entity_name(name), name)
     return tuple(unique[k] for k in sorted(unique))
 
 

@@ -67,13 +67,13 @@ class ChunkingSettings:
     def to_config(self) -> ChunkingConfig:
         if self.strategy == ChunkingStrategy.PARENT_CHILD:
             return ChunkingConfig(
-                strategy="parent_child",
+                strategy=self.strategy,
                 child_size=self.child_size_tokens or DEFAULT_CHILD_SIZE,
                 child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
                 parent_size=self.parent_size_tokens or DEFAULT_PARENT_SIZE,
             )
         return ChunkingConfig(
-            strategy="headings",
+            strategy=self.strategy,
             heading_max_size=self.chunk_size_tokens or DEFAULT_HEADING_MAX_SIZE,
             child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
         )

@@ -13,7 +13,7 @@ from pathlib import PurePath
 from knowsphere_ingestion.domain.document import ParsedDocument
 from knowsphere_ingestion.parsing.csv import parse_csv
 from knowsphere_ingestion.parsing.docx import parse_docx
-from knowsphere_ingestion.parsing.errors import ParseError, UnsupportedFormat
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode, UnsupportedFormat
 from knowsphere_ingestion.parsing.html import parse_html
 from knowsphere_ingestion.parsing.image import parse_image
 from knowsphere_ingestion.parsing.markdown import parse_markdown
@@ -22,7 +22,7 @@ from knowsphere_ingestion.parsing.pptx import parse_pptx
 from knowsphere_ingestion.parsing.text import parse_text
 from knowsphere_ingestion.parsing.xlsx import parse_xlsx
 
-__all__ = ["SUPPORTED_EXTENSIONS", "ParseError", "UnsupportedFormat", "parse"]
+__all__ = ["SUPPORTED_EXTENSIONS", "ParseError", "ParseErrorCode", "UnsupportedFormat", "parse"]
 
 Parser = Callable[[bytes, str], ParsedDocument]
 
@@ -71,7 +71,8 @@ SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(_BY_EXTENSION))
 def parse(data: bytes, file_name: str, content_type: str = "") -> ParsedDocument:
     """Parse an uploaded file. The extension decides the format; the content type is used without one.
 
-    Raises UnsupportedFormat for a format we do not read and ParseError for empty or corrupt content.
+    Raises UnsupportedFormat (a ParseError) for a format we do not read and ParseError for empty,
+    encrypted, corrupt or oversized content; ``error.code`` says which.
     """
     extension = PurePath(file_name).suffix.lower()
     media_type = content_type.split(";", 1)[0].strip().lower()
@@ -83,5 +84,5 @@ def parse(data: bytes, file_name: str, content_type: str = "") -> ParsedDocument
             f"supported extensions: {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     if not data.strip():
-        raise ParseError(f"{file_name} is empty")
+        raise ParseError(f"{file_name} is empty", code=ParseErrorCode.EMPTY_DOCUMENT)
     return parser(data, file_name)

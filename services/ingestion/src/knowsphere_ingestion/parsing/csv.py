@@ -7,7 +7,7 @@ import io
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing.encoding import decode_text
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
 
@@ -26,10 +26,10 @@ def parse_csv(data: bytes, file_name: str) -> ParsedDocument:
     try:
         raw_rows = list(_csv.reader(io.StringIO(text, newline=""), dialect))
     except _csv.Error as exc:
-        raise ParseError(f"{file_name} is not valid CSV: {exc}") from exc
+        raise ParseError(f"{file_name} is not valid CSV: {exc}", code=ParseErrorCode.CORRUPT_FILE) from exc
     rows = normalize_rows(raw_rows)
     if not rows:
-        raise ParseError(f"{file_name} has no rows")
+        raise ParseError(f"{file_name} has no rows", code=ParseErrorCode.EMPTY_DOCUMENT)
     table = Block(kind="table", text=render_markdown_table(rows), rows=rows)
     return ParsedDocument(
         blocks=[table],

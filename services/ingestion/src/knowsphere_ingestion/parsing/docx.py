@@ -13,7 +13,7 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.parsing.ooxml import check_ooxml_archive
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
@@ -31,7 +31,9 @@ def parse_docx(data: bytes, file_name: str) -> ParsedDocument:
     except ParseError:
         raise
     except Exception as exc:  # python-docx raises many types (KeyError, lxml errors, ...) on corrupt parts
-        raise ParseError(f"{file_name} is not a valid DOCX file: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a valid DOCX file: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
 
     blocks: list[Block] = []
     headings: list[tuple[int, str]] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 
 # Tried in this order when charset-normalizer is not installed or has no answer. GB18030 is a superset
 # of GBK, so GBK files decode through it.
@@ -24,7 +24,10 @@ def decode_text(data: bytes, file_name: str) -> tuple[str, str]:
     if data.startswith(_UTF8_BOM):
         return _checked(data[len(_UTF8_BOM) :].decode("utf-8", errors="strict"), file_name), "utf-8-sig"
     if b"\x00" in data and not data.startswith(_UTF16_BOMS):
-        raise ParseError(f"{file_name} is not a text file: it contains NUL bytes (binary content)")
+        raise ParseError(
+            f"{file_name} is not a text file: it contains NUL bytes (binary content)",
+            code=ParseErrorCode.CORRUPT_FILE,
+        )
     try:
         # Strict UTF-8 is the common case and decoding it is unambiguous.
         return _checked(data.decode("utf-8"), file_name), "utf-8"
@@ -42,7 +45,8 @@ def decode_text(data: bytes, file_name: str) -> tuple[str, str]:
         if _control_share(text) <= MAX_CONTROL_CHAR_SHARE:
             return text, encoding
     raise ParseError(
-        f"{file_name} is not text in a supported encoding (tried {', '.join(FALLBACK_ENCODINGS)})"
+        f"{file_name} is not text in a supported encoding (tried {', '.join(FALLBACK_ENCODINGS)})",
+        code=ParseErrorCode.CORRUPT_FILE,
     )
 
 
@@ -77,7 +81,10 @@ def _han_share(text: str) -> float:
 
 def _checked(text: str, file_name: str) -> str:
     if _control_share(text) > MAX_CONTROL_CHAR_SHARE:
-        raise ParseError(f"{file_name} is not a text file: too many control characters (binary content)")
+        raise ParseError(
+            f"{file_name} is not a text file: too many control characters (binary content)",
+            code=ParseErrorCode.CORRUPT_FILE,
+        )
     return text
 
 

@@ -1,11 +1,42 @@
-"""Errors a parser raises: the format is not one we read, or the file is not what it claims to be."""
+"""Errors a parser raises, each with a machine code: the format is not one we read, or the file is not
+what it claims to be.
+
+The code is what a failed document shows (``Failure.code``); the message, which names the file and
+the limit or the fault, is its reason. Callers branch on the code, never on the message.
+"""
 
 from __future__ import annotations
 
+from enum import StrEnum
 
-class UnsupportedFormat(ValueError):
-    """The file's extension / content type is not one of the formats we parse."""
+
+class ParseErrorCode(StrEnum):
+    """Why a file could not be parsed; the closed set of codes a parse failure carries."""
+
+    CORRUPT_FILE = "corrupt_file"
+    """Damaged, truncated, or not the format its extension claims."""
+    ENCRYPTED = "encrypted"
+    """Readable only with a password."""
+    EMPTY_DOCUMENT = "empty_document"
+    """Well-formed but with nothing to index: no bytes, no pages, no rows, no visible text."""
+    ARCHIVE_TOO_LARGE = "archive_too_large"
+    """An Office (zip) file over the member, uncompressed-size or compression-ratio limit (a zip bomb)."""
+    DOCUMENT_TOO_LARGE = "document_too_large"
+    """Over a page or pixel limit."""
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    """A format we do not read."""
 
 
 class ParseError(ValueError):
-    """The file claims a supported format but its content is empty, corrupt or not that format."""
+    """The file could not be parsed; ``code`` says why, the message says it for a reader."""
+
+    def __init__(self, message: str, *, code: ParseErrorCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UnsupportedFormat(ParseError):
+    """The file's extension / content type is not one of the formats we parse."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=ParseErrorCode.UNSUPPORTED_FORMAT)

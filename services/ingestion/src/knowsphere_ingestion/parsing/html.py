@@ -14,7 +14,7 @@ from lxml import etree
 from lxml import html as lxml_html
 
 from knowsphere_ingestion.domain.document import Block, BlockKind, ParsedDocument
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
 
@@ -26,7 +26,7 @@ def parse_html(data: bytes, file_name: str) -> ParsedDocument:
     try:
         page = lxml_html.fromstring(data)
     except (etree.ParserError, ValueError) as exc:
-        raise ParseError(f"{file_name} is not valid HTML: {exc}") from exc
+        raise ParseError(f"{file_name} is not valid HTML: {exc}", code=ParseErrorCode.CORRUPT_FILE) from exc
     page_title = _clean(page.findtext(".//title") or "")
 
     extracted = trafilatura.extract(
@@ -50,7 +50,7 @@ def parse_html(data: bytes, file_name: str) -> ParsedDocument:
         blocks = _blocks_from_body(page)
         extractor = "body-text"
     if not blocks:
-        raise ParseError(f"{file_name} has no visible text")
+        raise ParseError(f"{file_name} has no visible text", code=ParseErrorCode.EMPTY_DOCUMENT)
     text = "\n".join(block.text for block in blocks)
     return ParsedDocument(
         blocks=blocks,

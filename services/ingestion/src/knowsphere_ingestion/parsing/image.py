@@ -15,7 +15,7 @@ from PIL import Image, UnidentifiedImageError
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing import ocr
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 
 # Pillow's own default: an image with more pixels than this is refused as a likely decompression bomb.
@@ -30,16 +30,22 @@ def parse_image(data: bytes, file_name: str) -> ParsedDocument:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ParseError(f"{file_name} is too large: over the limit of {MAX_IMAGE_PIXELS} pixels") from exc
+        raise ParseError(
+            f"{file_name} is too large: over the limit of {MAX_IMAGE_PIXELS} pixels",
+            code=ParseErrorCode.DOCUMENT_TOO_LARGE,
+        ) from exc
     except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise ParseError(f"{file_name} is not a readable image: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a readable image: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
 
     with image:
         width, height = image.size
         if width * height > MAX_IMAGE_PIXELS:
             raise ParseError(
                 f"{file_name} is too large: {width}x{height} = {width * height} pixels, "
-                f"over the limit of {MAX_IMAGE_PIXELS} pixels"
+                f"over the limit of {MAX_IMAGE_PIXELS} pixels",
+                code=ParseErrorCode.DOCUMENT_TOO_LARGE,
             )
         frame_count = min(getattr(image, "n_frames", 1), MAX_IMAGE_FRAMES)
         blocks: list[Block] = []
@@ -49,7 +55,9 @@ def parse_image(data: bytes, file_name: str) -> ParsedDocument:
                 image.seek(frame)
                 image.load()
             except (OSError, ValueError, EOFError) as exc:
-                raise ParseError(f"{file_name} is corrupt or truncated: {exc}") from exc
+                raise ParseError(
+                    f"{file_name} is corrupt or truncated: {exc}", code=ParseErrorCode.CORRUPT_FILE
+                ) from exc
             text = _recognise(image)
             if text is None:
                 missing.append(frame + 1)

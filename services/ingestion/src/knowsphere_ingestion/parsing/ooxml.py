@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 
 MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
 MAX_MEMBERS = 10_000
@@ -27,16 +27,23 @@ def check_ooxml_archive(data: bytes, file_name: str) -> None:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
-        raise ParseError(f"{file_name} is not a valid Office (zip) file: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a valid Office (zip) file: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
     if len(members) > MAX_MEMBERS:
-        raise ParseError(f"{file_name} has {len(members)} zip members, over the limit of {MAX_MEMBERS}")
+        raise ParseError(
+            f"{file_name} has {len(members)} zip members, over the limit of {MAX_MEMBERS}",
+            code=ParseErrorCode.ARCHIVE_TOO_LARGE,
+        )
     total = sum(member.file_size for member in members)
     if total > MAX_UNCOMPRESSED_BYTES:
         raise ParseError(
-            f"{file_name} uncompresses to {total} bytes, over the limit of {MAX_UNCOMPRESSED_BYTES} bytes"
+            f"{file_name} uncompresses to {total} bytes, over the limit of {MAX_UNCOMPRESSED_BYTES} bytes",
+            code=ParseErrorCode.ARCHIVE_TOO_LARGE,
         )
     if total > RATIO_CHECK_MIN_BYTES and total > MAX_COMPRESSION_RATIO * max(len(data), 1):
         raise ParseError(
             f"{file_name} has a compression ratio of {total // max(len(data), 1)}:1, "
-            f"over the limit of {MAX_COMPRESSION_RATIO}:1"
+            f"over the limit of {MAX_COMPRESSION_RATIO}:1",
+            code=ParseErrorCode.ARCHIVE_TOO_LARGE,
         )

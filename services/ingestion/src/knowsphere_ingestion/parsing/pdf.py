@@ -31,7 +31,7 @@ from PIL import Image
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing import ocr
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 
 # A document with more pages than this is refused before any page is read.
@@ -124,9 +124,12 @@ def parse_pdf(data: bytes, file_name: str, *, max_pages: int = DEFAULT_MAX_PAGES
         metadata_title = _metadata_title(document)
     try:
         if page_count > max_pages:
-            raise ParseError(f"{file_name} has {page_count} pages, over the limit of {max_pages} pages")
+            raise ParseError(
+                f"{file_name} has {page_count} pages, over the limit of {max_pages} pages",
+                code=ParseErrorCode.DOCUMENT_TOO_LARGE,
+            )
         if page_count == 0:
-            raise ParseError(f"{file_name} has no pages")
+            raise ParseError(f"{file_name} has no pages", code=ParseErrorCode.EMPTY_DOCUMENT)
         paragraphs: list[_Paragraph] = []
         ocr_pages: list[int] = []
         ocr_missing: list[int] = []
@@ -178,7 +181,9 @@ def _read_page(
     try:
         page = document[index]
     except pdfium.PdfiumError as exc:
-        raise ParseError(f"{file_name}: page {index + 1} cannot be read: {exc}") from exc
+        raise ParseError(
+            f"{file_name}: page {index + 1} cannot be read: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
     try:
         lines = _page_lines(page)
         if _usable_chars(lines) >= MIN_TEXT_CHARS_PER_PAGE or not ocr.ocr_available():
@@ -197,15 +202,18 @@ def _read_page(
 
 def _open(data: bytes, file_name: str) -> pdfium.PdfDocument:
     if b"%PDF-" not in data[:1024]:
-        raise ParseError(f"{file_name} is not a PDF file: no %PDF- header")
+        raise ParseError(f"{file_name} is not a PDF file: no %PDF- header", code=ParseErrorCode.CORRUPT_FILE)
     try:
         return pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
         code = getattr(exc, "err_code", None)
         if code == pdfium_raw.FPDF_ERR_PASSWORD:
-            raise ParseError(f"{file_name} is encrypted and cannot be opened without a password") from exc
+            raise ParseError(
+                f"{file_name} is encrypted and cannot be opened without a password",
+                code=ParseErrorCode.ENCRYPTED,
+            ) from exc
         reason = _ERROR_MESSAGES.get(code or -1, f"cannot be opened ({exc})")
-        raise ParseError(f"{file_name} {reason}") from exc
+        raise ParseError(f"{file_name} {reason}", code=ParseErrorCode.CORRUPT_FILE) from exc
 
 
 def _metadata_title(document: pdfium.PdfDocument) -> str:

@@ -16,7 +16,7 @@ from pptx.shapes.graphfrm import GraphicFrame
 from pptx.shapes.group import GroupShape
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.parsing.ooxml import check_ooxml_archive
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
@@ -31,7 +31,9 @@ def parse_pptx(data: bytes, file_name: str) -> ParsedDocument:
     except ParseError:
         raise
     except Exception as exc:  # python-pptx raises many types (KeyError, lxml errors, ...) on corrupt parts
-        raise ParseError(f"{file_name} is not a valid PPTX file: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a valid PPTX file: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
 
     first_title = next((b.heading_path[0].split(": ", 1)[-1] for b in blocks if b.kind == "heading"), "")
     full_text = "\n".join(block.text for block in blocks)

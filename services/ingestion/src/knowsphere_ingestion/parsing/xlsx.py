@@ -12,7 +12,7 @@ import io
 import openpyxl
 
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
-from knowsphere_ingestion.parsing.errors import ParseError
+from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.parsing.ooxml import check_ooxml_archive
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
@@ -24,7 +24,9 @@ def parse_xlsx(data: bytes, file_name: str) -> ParsedDocument:
     try:
         workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except Exception as exc:  # openpyxl raises many types (KeyError, lxml errors, ...) on corrupt parts
-        raise ParseError(f"{file_name} is not a valid XLSX file: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a valid XLSX file: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
     try:
         sheet_names: list[str] = list(workbook.sheetnames)
         for sheet in workbook.worksheets:
@@ -38,7 +40,9 @@ def parse_xlsx(data: bytes, file_name: str) -> ParsedDocument:
                 Block(kind="table", text=render_markdown_table(rows), heading_path=(name,), rows=rows)
             )
     except Exception as exc:
-        raise ParseError(f"{file_name} is not a valid XLSX file: {exc}") from exc
+        raise ParseError(
+            f"{file_name} is not a valid XLSX file: {exc}", code=ParseErrorCode.CORRUPT_FILE
+        ) from exc
     finally:
         workbook.close()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from knowsphere_ingestion.settings import Settings
-from knowsphere_ingestion.storage.blobs import BlobStore, S3BlobStore, build_blob_store
+from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
+from knowsphere_ingestion.storage.s3 import S3BlobStore
 
 
 def blob_store_for(settings: Settings) -> BlobStore:

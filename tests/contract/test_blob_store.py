@@ -1,4 +1,6 @@
-"""Behaviour suite of the blob store, run against the filesystem backend and a real S3 server.
+"""Conformance suite for ingestion's ``BlobStore``: every backend must pass it.
+
+Runs against the filesystem backend and a real S3 server.
 
 The S3 server is moto's, started in this process on a free port for the module; the store talks to
 it over HTTP with the ``minio`` client exactly as it would to MinIO. What is left in the backing
@@ -24,16 +26,16 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from knowsphere_ingestion.storage import blobs
+from knowsphere_ingestion.storage import blobs, s3
 from knowsphere_ingestion.storage.blobs import (
     BlobNotFound,
     BlobStore,
     BlobStoreError,
     BlobTooLarge,
-    FilesystemBlobStore,
-    S3BlobStore,
     build_blob_store,
 )
+from knowsphere_ingestion.storage.filesystem import FilesystemBlobStore
+from knowsphere_ingestion.storage.s3 import S3BlobStore
 
 MIB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -150,7 +152,7 @@ async def test_multi_mb_round_trip_keeps_bytes_size_and_sha256(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The smallest S3 part size, so 12 MiB is a three-part multipart upload.
-    monkeypatch.setattr(blobs, "S3_PART_SIZE_BYTES", 5 * MIB)
+    monkeypatch.setattr(s3, "S3_PART_SIZE_BYTES", 5 * MIB)
     data = os.urandom(12 * MIB + 12345)
 
     stored = await backend.store.put("t1/kb1/doc1/report.pdf", stream(data), max_bytes=20 * MIB)
@@ -431,7 +433,7 @@ async def test_s3_start_creates_the_bucket_once_and_stores_the_sha256(s3_endpoin
 
 
 async def test_s3_unreachable_server_raises_blob_store_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blobs, "S3_RETRIES", 0)
+    monkeypatch.setattr(s3, "S3_RETRIES", 0)
     store = S3BlobStore("127.0.0.1:1", ACCESS_KEY, SECRET_KEY, "some-bucket", secure=False, region=REGION)
     with pytest.raises(BlobStoreError, match="some-bucket"):
         await store.read("k/doc.bin")

@@ -1,0 +1,56 @@
+"""The API's side of the bus, on FastStream's in-memory test broker: document events reach the progress
+watches through the fanout, typed; model changes drop the tenant's cached model facts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream.nats import TestNatsBroker
+
+from knowsphere_contracts.events import DocumentFinished, DocumentProgress, ModelChange, ModelChanged
+from knowsphere_contracts.vocabulary import DocumentStatus
+from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, MODELHUB, DocumentEvent, build_bus
+from knowsphere_runtime.bus import Fanout, build_broker
+from knowsphere_runtime.identity import Identity, bound_identity
+
+
+class ModelHub:
+    def __init__(self) -> None:
+        self.invalidated: list[tuple[str, str]] = []
+
+    def invalidate(self, tenant_id: str, model_id: str = "") -> None:
+        self.invalidated.append((tenant_id, model_id))
+
+
+async def test_document_events_reach_the_watches_typed_and_model_changes_drop_cached_facts() -> None:
+    bus = build_bus()
+    broker = build_broker("nats://127.0.0.1:4222", client_name="ingestion-test")
+    broker.include_router(bus.subscribers)
+    broker.include_router(bus.model_changes)
+    fanout: Fanout[DocumentEvent] = Fanout()
+    modelhub = ModelHub()
+    broker.context.set_global(DOCUMENT_EVENTS, fanout)
+    broker.context.set_global(MODELHUB, modelhub)
+
+    async with fanout.watch(lambda event: event.knowledge_base_id == "kb-1") as events:
+        async with TestNatsBroker(broker) as test_broker:
+            with bound_identity(Identity("acme", "worker")):
+                for event in (
+                    DocumentProgress(
+                        document_id="d", knowledge_base_id="kb-1", stage=DocumentStatus.EMBEDDING, percent=40
+                    ),
+                    DocumentProgress(
+                        document_id="x", knowledge_base_id="kb-2", stage=DocumentStatus.PARSING, percent=1
+                    ),
+                    DocumentFinished(document_id="d", knowledge_base_id="kb-1", status=DocumentStatus.READY),
+                ):
+                    await test_broker.publish(event.model_dump(mode="json"), event.subject)
+                changed = ModelChanged(
+                    model_id="whisper", change=ModelChange.DEFAULT_CHANGED, model_types=["asr"]
+                )
+                await test_broker.publish(changed.model_dump(mode="json"), ModelChanged.subject)
+        received = [await asyncio.wait_for(anext(events), 1) for _ in range(2)]
+
+    assert isinstance(received[0], DocumentProgress) and received[0].stage == DocumentStatus.EMBEDDING
+    assert isinstance(received[1], DocumentFinished) and received[1].status == DocumentStatus.READY
+    assert modelhub.invalidated == [("acme", "whisper")]
