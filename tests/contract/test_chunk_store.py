@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
-from knowsphere_retrieval.adapters.ports import (
+from knowsphere_retrieval.domain.grep import GrepLimits, plan_grep
+from knowsphere_retrieval.domain.ports import (
     ChunkStore,
     DocumentMetadata,
     GrepResult,
@@ -24,7 +25,6 @@ from knowsphere_retrieval.adapters.ports import (
     Scope,
     StoredChunk,
 )
-from knowsphere_retrieval.domain.grep import GrepLimits, plan_grep
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 A, B = "tenant-a", "tenant-b"

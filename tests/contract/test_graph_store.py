@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from neo4j import AsyncGraphDatabase
 
-from knowsphere_retrieval.adapters.graph_bolt import MAX_NAME_CHARS, BoltGraphStore
+from knowsphere_contracts.vocabulary import MAX_ENTITY_NAME_CHARS
+from knowsphere_retrieval.adapters.graph_bolt import BoltGraphStore
 from knowsphere_retrieval.adapters.graph_server import EmbeddedBoltServer
-from knowsphere_retrieval.adapters.ports import GraphEntity, GraphRelation, GraphStore, Neighbourhood, Scope
+from knowsphere_retrieval.domain.ports import GraphEntity, GraphRelation, GraphStore, Neighbourhood, Scope
 
 
 @dataclass(frozen=True)
@@ -456,8 +457,12 @@ async def test_bad_input_is_refused_with_the_field_and_limit_named(graph: Graph)
         await store.find_entities(scope(tenant, "kb"), "   ", 10)
     with pytest.raises(ValueError, match=r"scope\.knowledge_base_ids must name at least one"):
         await store.find_entities(scope(tenant), "Acme", 10)
-    with pytest.raises(ValueError, match=rf"entities\[1\]\.name is {MAX_NAME_CHARS + 1} characters long"):
-        await graph.upsert(tenant, "kb", "doc-1", [ENTITIES[0], GraphEntity("x" * (MAX_NAME_CHARS + 1))])
+    with pytest.raises(
+        ValueError, match=rf"entities\[1\]\.name is {MAX_ENTITY_NAME_CHARS + 1} characters long"
+    ):
+        await graph.upsert(
+            tenant, "kb", "doc-1", [ENTITIES[0], GraphEntity("x" * (MAX_ENTITY_NAME_CHARS + 1))]
+        )
     with pytest.raises(ValueError, match=r"relations\[0\]\.type must be a non-empty string"):
         await graph.upsert(tenant, "kb", "doc-1", [], [GraphRelation("a", "b", "")])
     with pytest.raises(ValueError, match="tenant_id must be a non-empty string"):

@@ -3,8 +3,8 @@
 Runs against the embedded tantivy index (a directory per test) always, and against OpenSearch
 whenever ``OPENSEARCH_URL`` is set (e.g. ``http://127.0.0.1:9200``): each test then gets its own
 index ``ks-test-<random>-lexical``, dropped afterwards. Without a server the OpenSearch adapter's
-requests are checked against recorded exchanges in
-``services/retrieval/tests/test_opensearch_wire.py``.
+requests are checked against exchanges hand-written from OpenSearch 2.x's documented shapes (not
+recorded from a server) in ``services/retrieval/tests/test_opensearch_wire.py``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 
 from knowsphere_retrieval.adapters.lexical_opensearch import OpenSearchLexicalIndex
 from knowsphere_retrieval.adapters.lexical_tantivy import TantivyLexicalIndex
-from knowsphere_retrieval.adapters.ports import Hit, LexicalDoc, LexicalIndex, Scope
 from knowsphere_retrieval.domain.analysis import Analyzer
+from knowsphere_retrieval.domain.ports import Hit, LexicalDoc, LexicalIndex, Scope
 
 OPENSEARCH_URL = os.environ.get("OPENSEARCH_URL", "")
 TENANT = "tenant-a"
@@ -72,7 +72,7 @@ async def backend(
     if request.param == "opensearch" and not OPENSEARCH_URL:
         pytest.skip(
             "OPENSEARCH_URL is not set: the OpenSearch backend runs this suite only against a real "
-            "server (its requests are checked against recorded exchanges in "
+            "server (without one, its requests are only checked against hand-written exchanges in "
             "services/retrieval/tests/test_opensearch_wire.py)"
         )
     backend = Backend(request.param, tmp_path, analyzer)

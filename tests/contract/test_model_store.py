@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.ports import ModelReferenced, ModelStore, Usage
+from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
-from knowsphere_modelhub.domain.records import EMBEDDING, KNOWLEDGE_QA, RERANK, VLM, ModelParams, ModelRecord
+from knowsphere_modelhub.domain.ports import ModelReferenced, ModelStore, Usage
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
 
-KB = pb.MODEL_CONSUMER_KIND_KNOWLEDGE_BASE
-AGENT = pb.MODEL_CONSUMER_KIND_AGENT
+KB = ModelConsumerKind.KNOWLEDGE_BASE
+AGENT = ModelConsumerKind.AGENT
 T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
 
@@ -48,7 +48,7 @@ def record(
     model_id: str,
     tenant_id: str = "tenant-a",
     *,
-    types: frozenset[int] = frozenset({KNOWLEDGE_QA}),
+    types: frozenset[ModelType] = frozenset({ModelType.KNOWLEDGE_QA}),
     provider_id: str = "openai",
     at: datetime = T0,
     builtin: bool = False,
@@ -72,7 +72,9 @@ def record(
 
 
 def builtin(model_id: str = "builtin-minilm", at: datetime = T0) -> ModelRecord:
-    return record(model_id, "", types=frozenset({EMBEDDING}), provider_id="local", at=at, builtin=True)
+    return record(
+        model_id, "", types=frozenset({ModelType.EMBEDDING}), provider_id="local", at=at, builtin=True
+    )
 
 
 async def list_all(store: ModelStore, tenant_id: str, page_size: int, **filters: object) -> list[str]:
@@ -96,7 +98,7 @@ async def list_all(store: ModelStore, tenant_id: str, page_size: int, **filters:
 
 async def test_create_then_get_returns_every_field(store):
     full = replace(
-        record("m-full", types=frozenset({EMBEDDING, RERANK})),
+        record("m-full", types=frozenset({ModelType.EMBEDDING, ModelType.RERANK})),
         display_name="Embedder «中文»",
         base_url="https://example.test/v1",
         parameters=ModelParams(
@@ -194,22 +196,30 @@ async def test_pagination_is_stable_complete_and_ordered(store):
 
 async def test_list_filters_by_type_and_provider_and_rejects_foreign_tokens(store):
     await store.upsert_builtin(builtin())
-    await store.create(record("chat", types=frozenset({KNOWLEDGE_QA})))
-    await store.create(record("vision", types=frozenset({KNOWLEDGE_QA, VLM}), provider_id="dashscope"))
-    await store.create(record("embed", types=frozenset({EMBEDDING}), provider_id="jina"))
-    await store.create(record("rerank", types=frozenset({RERANK}), provider_id="jina"))
+    await store.create(record("chat", types=frozenset({ModelType.KNOWLEDGE_QA})))
+    await store.create(
+        record("vision", types=frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM}), provider_id="dashscope")
+    )
+    await store.create(record("embed", types=frozenset({ModelType.EMBEDDING}), provider_id="jina"))
+    await store.create(record("rerank", types=frozenset({ModelType.RERANK}), provider_id="jina"))
 
-    assert await list_all(store, "tenant-a", 1, model_type=KNOWLEDGE_QA) == ["chat", "vision"]
-    assert await list_all(store, "tenant-a", 1, model_type=VLM) == ["vision"]
-    assert await list_all(store, "tenant-a", 1, model_type=EMBEDDING) == ["builtin-minilm", "embed"]
+    assert await list_all(store, "tenant-a", 1, model_type=ModelType.KNOWLEDGE_QA) == ["chat", "vision"]
+    assert await list_all(store, "tenant-a", 1, model_type=ModelType.VLM) == ["vision"]
+    assert await list_all(store, "tenant-a", 1, model_type=ModelType.EMBEDDING) == ["builtin-minilm", "embed"]
     assert await list_all(store, "tenant-a", 1, provider_id="jina") == ["embed", "rerank"]
-    assert await list_all(store, "tenant-a", 5, model_type=RERANK, provider_id="openai") == []
+    assert await list_all(store, "tenant-a", 5, model_type=ModelType.RERANK, provider_id="openai") == []
 
-    page = await store.list("tenant-a", model_type=KNOWLEDGE_QA, provider_id=None, page_size=1, page_token="")
+    page = await store.list(
+        "tenant-a", model_type=ModelType.KNOWLEDGE_QA, provider_id=None, page_size=1, page_token=""
+    )
     assert page.next_page_token
     with pytest.raises(ValueError):
         await store.list(
-            "tenant-a", model_type=EMBEDDING, provider_id=None, page_size=1, page_token=page.next_page_token
+            "tenant-a",
+            model_type=ModelType.EMBEDDING,
+            provider_id=None,
+            page_size=1,
+            page_token=page.next_page_token,
         )
     with pytest.raises(ValueError):
         await store.list("tenant-a", model_type=None, provider_id=None, page_size=1, page_token="not-a-token")
@@ -221,7 +231,7 @@ async def test_update_changes_fields_and_keeps_identity(store):
         record("m-1"),
         display_name="Renamed",
         model_name="gpt-4.1",
-        types=frozenset({KNOWLEDGE_QA, VLM}),
+        types=frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         base_url="https://proxy.test/v1",
         parameters=ModelParams(temperature=0.1),
         api_key_ciphertext="v1:abcd1234:bm9uY2U=:ZGF0YQ==",
@@ -247,35 +257,35 @@ async def test_delete_removes_the_model_once(store):
 
 async def test_defaults_per_tenant_and_type(store):
     await store.upsert_builtin(builtin())
-    await store.create(record("chat-a", "tenant-a", types=frozenset({KNOWLEDGE_QA, VLM})))
+    await store.create(record("chat-a", "tenant-a", types=frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM})))
     await store.create(record("chat-a2", "tenant-a"))
-    assert await store.get_default("tenant-a", KNOWLEDGE_QA) is None
+    assert await store.get_default("tenant-a", ModelType.KNOWLEDGE_QA) is None
 
-    await store.set_default("tenant-a", KNOWLEDGE_QA, "chat-a")
-    await store.set_default("tenant-a", VLM, "chat-a")
-    await store.set_default("tenant-a", EMBEDDING, "builtin-minilm")
-    await store.set_default("tenant-b", EMBEDDING, "builtin-minilm")
-    assert await store.get_default("tenant-a", KNOWLEDGE_QA) == "chat-a"
-    assert await store.defaults_of("tenant-a", "chat-a") == sorted([KNOWLEDGE_QA, VLM])
-    assert await store.get_default("tenant-b", KNOWLEDGE_QA) is None
+    await store.set_default("tenant-a", ModelType.KNOWLEDGE_QA, "chat-a")
+    await store.set_default("tenant-a", ModelType.VLM, "chat-a")
+    await store.set_default("tenant-a", ModelType.EMBEDDING, "builtin-minilm")
+    await store.set_default("tenant-b", ModelType.EMBEDDING, "builtin-minilm")
+    assert await store.get_default("tenant-a", ModelType.KNOWLEDGE_QA) == "chat-a"
+    assert await store.defaults_of("tenant-a", "chat-a") == sorted([ModelType.KNOWLEDGE_QA, ModelType.VLM])
+    assert await store.get_default("tenant-b", ModelType.KNOWLEDGE_QA) is None
     assert await store.defaults_of("tenant-b", "chat-a") == []
 
-    await store.set_default("tenant-a", KNOWLEDGE_QA, "chat-a2")
-    assert await store.get_default("tenant-a", KNOWLEDGE_QA) == "chat-a2"
-    assert await store.defaults_of("tenant-a", "chat-a") == [VLM]
+    await store.set_default("tenant-a", ModelType.KNOWLEDGE_QA, "chat-a2")
+    assert await store.get_default("tenant-a", ModelType.KNOWLEDGE_QA) == "chat-a2"
+    assert await store.defaults_of("tenant-a", "chat-a") == [ModelType.VLM]
 
     # A model that is a default cannot be deleted; the default is not removed behind the caller's back.
     with pytest.raises(ModelReferenced):
         await store.delete("tenant-a", "chat-a")
     assert await store.get("tenant-a", "chat-a") is not None
 
-    await store.set_default("tenant-a", VLM, "")
-    assert await store.get_default("tenant-a", VLM) is None
+    await store.set_default("tenant-a", ModelType.VLM, "")
+    assert await store.get_default("tenant-a", ModelType.VLM) is None
     assert await store.delete("tenant-a", "chat-a")
 
 
 async def test_usages_are_idempotent_and_block_deletion(store):
-    await store.create(record("embed", types=frozenset({EMBEDDING})))
+    await store.create(record("embed", types=frozenset({ModelType.EMBEDDING})))
     kb = Usage("embed", KB, "kb-1", "HR handbook")
     await store.put_usage("tenant-a", kb)
     await store.put_usage("tenant-a", kb)
@@ -283,8 +293,8 @@ async def test_usages_are_idempotent_and_block_deletion(store):
     await store.put_usage("tenant-a", Usage("embed", AGENT, "kb-1", "Same id, other kind"))
     usages = await store.list_usages("tenant-a", "embed")
     assert sorted((u.consumer_kind, u.consumer_id, u.consumer_name) for u in usages) == [
-        (KB, "kb-1", "HR handbook 2025"),
         (AGENT, "kb-1", "Same id, other kind"),
+        (KB, "kb-1", "HR handbook 2025"),
     ]
     assert await store.list_usages("tenant-b", "embed") == []
 

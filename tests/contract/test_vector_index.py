@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from knowsphere_retrieval.adapters.ports import Scope, VectorIndex, VectorPoint
 from knowsphere_retrieval.adapters.vector_edge import EdgeVectorIndex
 from knowsphere_retrieval.adapters.vector_qdrant import LOCAL_MODE, QdrantServerVectorIndex
+from knowsphere_retrieval.domain.ports import Scope, VectorIndex, VectorPoint
 
 QDRANT_URL = os.environ.get("QDRANT_URL", "")
 QDRANT_API_KEY = os.environ.get("QDRANT_API_KEY") or None

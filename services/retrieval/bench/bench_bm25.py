@@ -24,9 +24,9 @@ from pathlib import Path
 from beir_data import load_jsonl, load_qrels
 
 from knowsphere_retrieval.adapters.lexical_tantivy import TantivyLexicalIndex
-from knowsphere_retrieval.adapters.ports import LexicalDoc, Scope
 from knowsphere_retrieval.domain.analysis import AnalysisConfig, Analyzer, CjkMode
 from knowsphere_retrieval.domain.metrics import mean_ndcg_at_k, mean_recall_at_k
+from knowsphere_retrieval.domain.ports import LexicalDoc, Scope
 
 TENANT = "bench"
 KNOWLEDGE_BASE = "bench"

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from knowsphere_retrieval.adapters.ports import Scope, VectorIndex, VectorPoint
 from knowsphere_retrieval.adapters.vector_edge import EdgeVectorIndex
 from knowsphere_retrieval.adapters.vector_qdrant import LOCAL_MODE, QdrantServerVectorIndex
+from knowsphere_retrieval.domain.ports import Scope, VectorIndex, VectorPoint
 
 COLLECTION = "bench-vectors"
 BATCH_SIZE = 512  # the retrieval service's largest IndexChunks batch

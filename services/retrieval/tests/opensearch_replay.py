@@ -1,6 +1,9 @@
-"""A scripted OpenSearch on 127.0.0.1 that replays recorded wire exchanges, in order.
+"""A scripted OpenSearch on 127.0.0.1 that replays hand-written wire exchanges, in order.
 
-A fixture file (``fixtures/opensearch/<name>.json``) holds ``exchanges``: each a ``request`` the
+The exchanges were written by hand from OpenSearch 2.x's documented request and response shapes, not
+recorded from a server: they show that the adapter sends what the documentation asks for and reads
+what it promises, not that a real server agrees. A fixture file (``fixtures/opensearch/<name>.json``)
+holds ``exchanges``: each a ``request`` the
 client must send — ``method``, ``path``, ``query`` (the query-string parameters) and its body as
 ``json`` or, for ``_bulk``, ``ndjson`` (a list of the lines) — and the ``response`` to answer with
 (``status`` and ``json``). The string ``"<any>"`` in an expected body matches any value. A request
@@ -49,8 +52,8 @@ class OpenSearchReplay:
     """``async with OpenSearchReplay("scenario") as replay:`` then point a client at ``replay.url``."""
 
     def __init__(self, scenario: str) -> None:
-        recorded = json.loads((FIXTURES / f"{scenario}.json").read_text(encoding="utf-8"))
-        self.exchanges: list[dict[str, Any]] = recorded["exchanges"]
+        fixture = json.loads((FIXTURES / f"{scenario}.json").read_text(encoding="utf-8"))
+        self.exchanges: list[dict[str, Any]] = fixture["exchanges"]
         self.received: list[dict[str, Any]] = []
         self.mismatches: list[str] = []
         self._runner: web.AppRunner | None = None
@@ -74,9 +77,9 @@ class OpenSearchReplay:
             await self._runner.cleanup()
 
     def assert_all_replayed(self) -> None:
-        assert not self.mismatches, "requests differ from the recording:\n" + "\n".join(self.mismatches)
+        assert not self.mismatches, "requests differ from the fixture:\n" + "\n".join(self.mismatches)
         left = self.exchanges[len(self.received) :]
-        assert not left, f"{len(left)} recorded requests never sent, next: {left[0]['request']}"
+        assert not left, f"{len(left)} expected requests never sent, next: {left[0]['request']}"
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.text()
@@ -93,7 +96,7 @@ class OpenSearchReplay:
         number = len(self.received)
         self.received.append(actual)
         if number >= len(self.exchanges):
-            return self._mismatch(f"request {number + 1} was not recorded: {actual}")
+            return self._mismatch(f"request {number + 1} is not in the fixture: {actual}")
         expected = self.exchanges[number]["request"]
         found = [
             f"{field}: expected {expected.get(field)!r}, got {actual.get(field)!r}"

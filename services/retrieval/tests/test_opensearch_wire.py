@@ -1,10 +1,12 @@
-"""The OpenSearch lexical adapter against recorded OpenSearch 2.x wire exchanges.
+"""The OpenSearch lexical adapter against hand-written OpenSearch 2.x wire exchanges.
 
 No OpenSearch server runs on this machine: each test starts a scripted server
 (``opensearch_replay.py``) that checks every request the adapter sends — method, path, query
-string, body — against a fixture in ``fixtures/opensearch/`` and answers with the recorded
-response. The conformance suite in ``tests/contract/test_lexical_index.py`` runs the same adapter
-against a real server whenever ``OPENSEARCH_URL`` is set.
+string, body — against a fixture in ``fixtures/opensearch/`` and answers with the fixture's
+response. The fixtures are written by hand from OpenSearch 2.x's documented shapes, not recorded
+from a server: the adapter has not met a real OpenSearch here. The conformance suite in
+``tests/contract/test_lexical_index.py`` runs the same adapter against a real server whenever
+``OPENSEARCH_URL`` is set.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from knowsphere_retrieval.adapters.lexical_opensearch import OpenSearchLexicalIndex, index_body
-from knowsphere_retrieval.adapters.ports import Hit, LexicalDoc, Scope
 from knowsphere_retrieval.domain.analysis import Analyzer
+from knowsphere_retrieval.domain.ports import Hit, LexicalDoc, Scope
 
 # The repository runs pytest with --import-mode=importlib (no test folder on sys.path); the scripted
 # server is a helper module beside this file.
@@ -96,7 +98,7 @@ async def test_a_rejected_bulk_item_raises_naming_the_chunk_and_reason(analyzer:
             await index.upsert([PUMP, LAB])
 
 
-async def test_the_scripted_server_rejects_a_request_that_differs_from_the_recording(
+async def test_the_scripted_server_rejects_a_request_that_differs_from_the_fixture(
     analyzer: Analyzer,
 ) -> None:
     # Guards the guard: a wrong request must fail the test, not be answered.

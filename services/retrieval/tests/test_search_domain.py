@@ -2,11 +2,11 @@
 
 import pytest
 
-from knowsphere_retrieval.adapters.ports import Hit
-from knowsphere_retrieval.domain.expansion import SynonymTable
+from knowsphere_retrieval.domain.expansion import SynonymTable, parse_variants
 from knowsphere_retrieval.domain.fusion import fuse
 from knowsphere_retrieval.domain.language import detect_language, model_reads
 from knowsphere_retrieval.domain.mmr import jaccard, mmr_order_by
+from knowsphere_retrieval.domain.ports import Hit
 from knowsphere_retrieval.domain.search import collection_name
 
 VECTOR = [Hit("a", 0.9), Hit("b", 0.8), Hit("c", 0.1)]
@@ -74,6 +74,19 @@ def test_synonym_expansion_replaces_known_terms_only():
     ]
     assert table.expand("年假怎么算") == ["带薪休假怎么算"]
     assert table.expand("badge reader error") == []
+
+
+def test_a_models_alternative_queries_are_read_line_by_line():
+    answer = (
+        "1. How many holiday days?\n2) XJ-2000 service interval\n\n- annual leave\n• PTO 2025\n"
+        "* annual leave\n"
+    )
+    assert parse_variants(answer, "annual leave", 3) == [
+        "How many holiday days?",
+        "XJ-2000 service interval",  # list markers go, numbers in the query stay
+        "PTO 2025",
+    ]
+    assert parse_variants("", "q", 3) == []
 
 
 def test_collection_names_are_safe_and_distinct_per_dimension():

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from knowsphere_retrieval.adapters import vector_edge
-from knowsphere_retrieval.adapters.ports import Scope, VectorPoint
 from knowsphere_retrieval.adapters.vector_edge import OPTIMIZING_DIR, RETIRED_DIR, SHARD_DIR, EdgeVectorIndex
+from knowsphere_retrieval.domain.ports import Scope, VectorPoint
 
 DIM = 8
 SCOPE = Scope("acme", ("kb-1",))

@@ -1,25 +1,26 @@
-"""Wiring of the retrieval service: stores and indexes (embedded or servers), modelhub client, gRPC."""
+"""Wiring of the retrieval service: stores and indexes (embedded or servers), modelhub client, gRPC, NATS."""
 
 from pathlib import Path
 
-from knowsphere_contracts.services import CONTRACTS
+from knowsphere_clients import ModelHubClient, service_channel
 from knowsphere_retrieval import SERVICE_NAME
 from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
 from knowsphere_retrieval.adapters.lexical_opensearch import OpenSearchLexicalIndex
 from knowsphere_retrieval.adapters.lexical_tantivy import TantivyLexicalIndex
-from knowsphere_retrieval.adapters.modelhub_client import ModelHubClient
-from knowsphere_retrieval.adapters.ports import LexicalIndex, VectorIndex
 from knowsphere_retrieval.adapters.vector_edge import EdgeVectorIndex
 from knowsphere_retrieval.adapters.vector_qdrant import QdrantServerVectorIndex
-from knowsphere_retrieval.api.grpc import RetrievalServicer, build_binding
+from knowsphere_retrieval.api.bus import MODELHUB, build_bus
+from knowsphere_retrieval.api.grpc import build_binding
+from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.core import RetrievalCore
 from knowsphere_retrieval.domain.analysis import AnalysisConfig, Analyzer
 from knowsphere_retrieval.domain.expansion import SynonymTable
+from knowsphere_retrieval.domain.ports import LexicalIndex, VectorIndex
 from knowsphere_retrieval.domain.search import Searcher
 from knowsphere_retrieval.settings import Settings
-from knowsphere_runtime.identity import require_identity
-from knowsphere_runtime.lifecycle import ChannelsComponent, Component, run_service
-from knowsphere_runtime.rpc import GrpcServer, open_channel
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
+from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
 
 
@@ -46,48 +47,43 @@ def main() -> None:
             )
         else:
             lexical = TantivyLexicalIndex(data / "lexical", analyzer=analyzer)
-        channel = open_channel(
-            settings.modelhub_addr,
-            services=[CONTRACTS["modelhub"].descriptor],
-            unary_timeout=settings.rpc_timeout_seconds,
+        channel = service_channel("modelhub", settings.modelhub_addr, settings)
+        modelhub = ModelHubClient(
+            channel,
+            cache_seconds=settings.model_cache_seconds,
+            query_cache_size=settings.query_vector_cache_size,
         )
-        modelhub = ModelHubClient(channel, cache_size=settings.query_vector_cache_size)
-
-        async def embed(model_id: str, query: str) -> list[float]:
-            return await modelhub.embed_query(require_identity().tenant_id, model_id, query)
-
         searcher = Searcher(
             vectors=vectors,
             lexical=lexical,
             chunks=chunks,
-            embed=embed,
-            rerank=modelhub.rerank,
-            multi_query=modelhub.multi_query,
+            models=modelhub,
             synonyms=SynonymTable.from_file(Path(settings.synonyms_file)) if settings.synonyms_file else None,
             terms=analyzer.index_terms,
         )
-        servicer = RetrievalServicer(
-            settings=settings,
+        stores = Stores(
             chunks=chunks,
             vectors=vectors,
             lexical=lexical,
-            graph=None,
-            searcher=searcher,
-            model_languages=modelhub.model_languages,
-            backends=(
-                "qdrant" if settings.qdrant_url else "qdrant-edge (in-process)",
-                "opensearch" if settings.opensearch_url else "tantivy (embedded)",
-                "none",
-            ),
+            vector_backend="qdrant" if settings.qdrant_url else "qdrant-edge (in-process)",
+            lexical_backend="opensearch" if settings.opensearch_url else "tantivy (embedded)",
         )
-        core = RetrievalCore(settings, chunks, vectors, lexical, servicer, analyzer)
+        core = RetrievalCore(settings, chunks, stores, analyzer)
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer)],
+            bindings=[build_binding(settings=settings, stores=stores, searcher=searcher, models=modelhub)],
             grace=settings.shutdown_grace_seconds,
         )
-        return [ChannelsComponent([channel]), core, server]
+        components: list[Component] = [ChannelsComponent([channel]), core]
+        if settings.nats_url:
+            broker = build_broker(
+                settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
+            )
+            broker.include_router(build_bus().subscribers)
+            broker.context.set_global(MODELHUB, modelhub)
+            components.append(BrokerComponent(broker))
+        return [*components, server]
 
     run_service(SERVICE_NAME, settings, build)
 

@@ -9,8 +9,7 @@ import structlog
 from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
 from knowsphere_retrieval.adapters.graph_bolt import BoltGraphStore
 from knowsphere_retrieval.adapters.graph_server import EmbeddedBoltServer
-from knowsphere_retrieval.adapters.ports import LexicalIndex, VectorIndex
-from knowsphere_retrieval.api.grpc import RetrievalServicer
+from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.lifecycle import StartupError
 
@@ -21,20 +20,12 @@ class RetrievalCore:
     name = "retrieval-core"
 
     def __init__(
-        self,
-        settings: Settings,
-        chunks: SqlChunkStore,
-        vectors: VectorIndex,
-        lexical: LexicalIndex,
-        servicer: RetrievalServicer,
-        analyzer: object = None,
+        self, settings: Settings, chunks: SqlChunkStore, stores: Stores, analyzer: object = None
     ) -> None:
         self._analyzer = analyzer
         self._settings = settings
-        self._chunks = chunks
-        self._vectors = vectors
-        self._lexical = lexical
-        self._servicer = servicer
+        self._chunks = chunks  # the same store as ``stores.chunks``, which is opened here
+        self._stores = stores
         self._graph_server: EmbeddedBoltServer | None = None
         self._graph: BoltGraphStore | None = None
 
@@ -51,7 +42,7 @@ class RetrievalCore:
             await asyncio.to_thread(warm_up)
         if settings.neo4j_url:
             self._graph = BoltGraphStore(settings.neo4j_url, settings.neo4j_user, settings.neo4j_password)
-            self._servicer.attach_graph(self._graph, "neo4j")
+            self._stores.attach_graph(self._graph, "neo4j")
         elif settings.graph_enabled:
             self._graph_server = EmbeddedBoltServer(settings.data_dir / "graph", settings.graph_bolt_port)
             try:
@@ -64,7 +55,7 @@ class RetrievalCore:
             self._graph = BoltGraphStore(
                 self._graph_server.uri, credentials.user, credentials.password, self._graph_server.database
             )
-            self._servicer.attach_graph(self._graph, "arcadedb-embedded (bolt)")
+            self._stores.attach_graph(self._graph, "arcadedb-embedded (bolt)")
             log.info("graph server started", uri=self._graph_server.uri)
         return None
 
@@ -73,6 +64,6 @@ class RetrievalCore:
             await self._graph.close()
         if self._graph_server is not None:
             await self._graph_server.stop()
-        await self._lexical.close()
-        await self._vectors.close()
+        await self._stores.lexical.close()
+        await self._stores.vectors.close()
         await self._chunks.close()

@@ -35,6 +35,15 @@ class Settings(ServiceSettings):
     synonyms_file: str = Field(default="", description="file of synonym groups for query expansion")
 
     query_vector_cache_size: int = Field(default=1024, ge=0, description="query embeddings kept; 0 = none")
+    model_cache_seconds: float = Field(
+        default=60,
+        ge=0,
+        description="how long facts about a tenant's models (languages, default rerank model) are kept; "
+        "a model change event drops them at once",
+    )
+    nats_url: str = Field(
+        default="", description="NATS, for model change events; empty = none (cached facts then expire)"
+    )
 
     # Limits.
     max_index_batch: int = Field(default=512, ge=1, description="chunks per IndexChunks call")
@@ -63,6 +72,12 @@ class Settings(ServiceSettings):
     rerank_enabled: bool = True
     rerank_candidates: int = Field(default=30, ge=1)
     mmr_lambda: float | None = Field(default=None, ge=0, le=1)
+
+    # query_knowledge_graph (per-request parameters override them)
+    graph_max_entities: int = Field(default=20, ge=1)
+    graph_max_relations: int = Field(default=50, ge=1)
+    graph_supporting_chunks: int = Field(default=3, ge=0, description="chunks shown per relation")
+    graph_snippet_chars: int = Field(default=300, ge=0, description="characters of a supporting chunk shown")
 
     # grep_chunks
     grep_max_pattern_length: int = Field(default=512, ge=1)

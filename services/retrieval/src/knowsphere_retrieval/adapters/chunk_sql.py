@@ -44,16 +44,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from knowsphere_retrieval.adapters.ports import (
+from knowsphere_retrieval.domain.grep import GrepCandidate, GrepScan
+from knowsphere_retrieval.domain.ports import (
     DocumentInfo,
     DocumentMetadata,
+    GrepPlan,
     GrepResult,
     KnowledgeBaseConfig,
     KnowledgeBaseCounts,
     Scope,
     StoredChunk,
 )
-from knowsphere_retrieval.domain.grep import GrepCandidate, GrepPlan, GrepScan
 from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 
 # How long a SQLite writer waits for another writer's lock before failing.
@@ -293,7 +294,7 @@ class _DocumentChunks:
 
 
 class SqlChunkStore(SqlDatabase):
-    """:class:`~knowsphere_retrieval.adapters.ports.ChunkStore` on a SQLAlchemy async URL.
+    """:class:`~knowsphere_retrieval.domain.ports.ChunkStore` on a SQLAlchemy async URL.
 
     ``sqlite+aiosqlite:///path/chunks.db`` (the embedded default) or ``postgresql+asyncpg://…``.
     Call :meth:`open` before use and :meth:`close` after.

@@ -9,8 +9,9 @@ and found literally. Relation types are a property, not a dynamic relationship t
 
 The model, every node carrying ``tenant_id`` and ``knowledge_base_id``:
 
-- ``(:KsEntity {key, name, type, description})`` — one per normalised name (NFKC, case-folded,
-  whitespace collapsed) in a knowledge base; unique on (tenant, knowledge base, key).
+- ``(:KsEntity {key, name, type, description})`` — one per merge key
+  (``knowsphere_contracts.vocabulary.entity_key``: NFKC, case-folded, whitespace collapsed, at most
+  ``MAX_ENTITY_NAME_CHARS``) in a knowledge base; unique on (tenant, knowledge base, key).
 - ``(:KsSupport {document_id, entity_key, chunk_ids})-[:KS_SUPPORTS]->(:KsEntity)`` — which chunks of
   which document mention the entity. An entity with no support left is deleted.
 - ``(:KsEntity)-[:KS_REL {type_key, type, description, document_id, chunk_ids}]->(:KsEntity)`` — one
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
-import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,11 +35,11 @@ import structlog
 from neo4j import AsyncGraphDatabase, AsyncManagedTransaction
 from neo4j.exceptions import ConstraintError, Neo4jError, TransientError
 
-from knowsphere_retrieval.adapters.ports import GraphEntity, GraphRelation, Neighbourhood, Scope
+from knowsphere_contracts.vocabulary import entity_key
+from knowsphere_retrieval.domain.ports import GraphEntity, GraphRelation, Neighbourhood, Scope
 
 log = structlog.get_logger(__name__)
 
-MAX_NAME_CHARS: Final = 512
 MAX_RESULT_LIMIT: Final = 1000
 MAX_HOPS: Final = 2
 WRITE_BATCH_ROWS: Final = 500
@@ -197,13 +196,6 @@ _SCHEMA: Final[tuple[tuple[LiteralString, LiteralString | None], ...]] = (
         None,
     ),
 )
-
-_WHITESPACE: Final = re.compile(r"\s+")
-
-
-def normalise_name(name: str) -> str:
-    """The merge key of a name: NFKC, case-folded, runs of whitespace as one space, trimmed."""
-    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip()
 
 
 class BoltGraphStore:
@@ -537,12 +529,7 @@ def _scope(scope: Scope) -> dict[str, Any]:
 
 
 def _key(field_name: str, name: str) -> str:
-    key = normalise_name(_required(field_name, name))
-    if not key:
-        raise ValueError(f"{field_name} must contain more than white space")
-    if len(key) > MAX_NAME_CHARS:
-        raise ValueError(f"{field_name} is {len(key)} characters long; the limit is {MAX_NAME_CHARS}")
-    return key
+    return entity_key(field_name, _required(field_name, name))
 
 
 def _ids(field_name: str, ids: Sequence[str]) -> list[str]:

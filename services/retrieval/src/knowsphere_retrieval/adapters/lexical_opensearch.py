@@ -16,6 +16,10 @@ tenant can overwrite another's. Every query filters on ``tenant_id`` and ``knowl
 of the query terms on ``text`` plus one on ``title`` boosted by ``title_boost``. Writes use
 ``refresh=wait_for`` by default so that a returned upsert or delete is visible to the next search,
 as in the embedded index.
+
+No OpenSearch runs on the build machine: this adapter is tested against exchanges hand-written from
+the documented OpenSearch 2.x shapes (``tests/test_opensearch_wire.py``), and runs the conformance
+suite only where ``OPENSEARCH_URL`` points at a real server.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import RequestError
 from opensearchpy.helpers import BulkIndexError, async_bulk
 
-from knowsphere_retrieval.adapters.ports import Hit, LexicalDoc, Scope
 from knowsphere_retrieval.domain.analysis import DEFAULT_MAX_TERM_CHARS, AnalysedQuery, Analyzer
+from knowsphere_retrieval.domain.ports import Hit, LexicalDoc, Scope
 
 DEFAULT_TITLE_BOOST = 0.5  # as in the embedded index, so both backends rank alike
 BM25_K1 = 1.2

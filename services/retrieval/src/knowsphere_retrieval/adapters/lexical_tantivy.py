@@ -33,8 +33,8 @@ from typing import TypeVar
 
 import tantivy
 
-from knowsphere_retrieval.adapters.ports import Hit, LexicalDoc, Scope
 from knowsphere_retrieval.domain.analysis import AnalysedQuery, Analyzer
+from knowsphere_retrieval.domain.ports import Hit, LexicalDoc, Scope
 
 DEFAULT_TITLE_BOOST = 0.5
 DEFAULT_WRITER_HEAP_BYTES = 128_000_000

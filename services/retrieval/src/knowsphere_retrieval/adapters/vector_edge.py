@@ -68,7 +68,6 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from knowsphere_retrieval.adapters.ports import Hit, Scope, VectorPoint
 from knowsphere_retrieval.adapters.vector_points import (
     CHUNK_ID,
     DOCUMENT_ID,
@@ -82,6 +81,7 @@ from knowsphere_retrieval.adapters.vector_points import (
     payload,
     point_id,
 )
+from knowsphere_retrieval.domain.ports import Hit, Scope, VectorPoint
 
 log = structlog.get_logger(__name__)
 
@@ -131,7 +131,7 @@ class _Collection:
 
 
 class EdgeVectorIndex:
-    """:class:`~knowsphere_retrieval.adapters.ports.VectorIndex` on Qdrant's in-process engine."""
+    """:class:`~knowsphere_retrieval.domain.ports.VectorIndex` on Qdrant's in-process engine."""
 
     def __init__(
         self, data_dir: str | Path, *, auto_optimize_points: int | None = DEFAULT_AUTO_OPTIMIZE_POINTS

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Final
 
-from knowsphere_retrieval.adapters.ports import VectorPoint
+from knowsphere_retrieval.domain.ports import VectorPoint
 
 TENANT_ID: Final = "tenant_id"
 KNOWLEDGE_BASE_ID: Final = "knowledge_base_id"

@@ -19,7 +19,6 @@ from typing import Final
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from knowsphere_retrieval.adapters.ports import Hit, Scope, VectorPoint
 from knowsphere_retrieval.adapters.vector_points import (
     CHUNK_ID,
     DOCUMENT_ID,
@@ -33,6 +32,7 @@ from knowsphere_retrieval.adapters.vector_points import (
     payload,
     point_id,
 )
+from knowsphere_retrieval.domain.ports import Hit, Scope, VectorPoint
 
 DEFAULT_TIMEOUT_SECONDS: Final = 30
 UPSERT_BATCH_POINTS: Final = 256
@@ -44,7 +44,7 @@ LOCAL_MODE: Final = ":memory:"
 
 
 class QdrantServerVectorIndex:
-    """:class:`~knowsphere_retrieval.adapters.ports.VectorIndex` on a Qdrant server."""
+    """:class:`~knowsphere_retrieval.domain.ports.VectorIndex` on a Qdrant server."""
 
     def __init__(
         self, url: str, api_key: str | None = None, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from knowsphere_retrieval.adapters.ports import Hit
+from knowsphere_retrieval.domain.ports import Hit
 
 FusionMethod = Literal["rrf", "convex"]
 

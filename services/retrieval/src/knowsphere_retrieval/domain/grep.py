@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import re2
 
-from knowsphere_retrieval.adapters.ports import GrepMatch, GrepResult
+from knowsphere_retrieval.domain.ports import GrepMatch, GrepPlan, GrepResult
 
 
 @dataclass(frozen=True)
@@ -42,21 +42,6 @@ class GrepLimits:
 
 class GrepPatternError(ValueError):
     """The pattern is empty, too long, or not valid RE2 syntax; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class GrepPlan:
-    """A validated grep request: compiled pattern and effective limits."""
-
-    pattern: str
-    ignore_case: bool
-    context_chars: int
-    max_matches: int
-    time_budget_seconds: float
-    page_size: int
-    # Every match contains this substring (case-sensitively); "" when none could be proven.
-    required_literal: str
-    regex: Any = field(repr=False, compare=False)
 
 
 class GrepCandidate(NamedTuple):

@@ -1,40 +1,51 @@
 """doc_retrieval: one search over a tenant's knowledge bases, in the order the spec fixes.
 
-1. group the knowledge bases by embedding model and embed the query once per model;
-2. recall with both legs (vectors per model group, BM25 over all) and fuse;
-3. only when hits are too few, expand the query (synonyms or LLM multi-query) and fuse again;
-4. fetch the chunks and their parents (a parent's text travels once, with its best child);
-5. rerank through modelhub when a rerank model is configured, then optional MMR.
+1. recall with both legs at once — the vector leg embeds the query once per embedding model, then
+   searches each model's vectors; the BM25 leg searches every knowledge base without waiting for the
+   embedding — and fuse;
+2. only when hits are too few, expand the query (synonyms or LLM multi-query) and fuse again;
+3. fetch the chunks and their parents (a parent's text travels once, with its best child);
+4. rerank through modelhub when a rerank model is configured (none configured: no Rerank call),
+   then optional MMR.
 
-Every step is a span with its counts. I/O comes in through the ports and callables given to
-:class:`Searcher`, so this module holds only the logic.
+Every step is a span with its counts. I/O comes in through the ports given to :class:`Searcher`, so
+this module holds only the logic.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from opentelemetry import trace
 
-from knowsphere_retrieval.adapters.ports import ChunkStore, Hit, LexicalIndex, Scope, StoredChunk, VectorIndex
-from knowsphere_retrieval.domain.expansion import SynonymTable
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
+from knowsphere.retrieval.v1.retrieval_enums import SearchMode
+from knowsphere_clients.errors import ServiceError
+from knowsphere_clients.modelhub import is_model_missing
+from knowsphere_retrieval.domain.expansion import SynonymTable, llm_variants
 from knowsphere_retrieval.domain.fusion import FusedHit, FusionMethod, fuse
 from knowsphere_retrieval.domain.language import detect_language, model_reads
 from knowsphere_retrieval.domain.mmr import jaccard, mmr_order_by
+from knowsphere_retrieval.domain.ports import (
+    ChunkStore,
+    Hit,
+    LexicalIndex,
+    QueryModels,
+    Scope,
+    StoredChunk,
+    VectorIndex,
+)
+from knowsphere_telemetry import attributes
 
 _tracer = trace.get_tracer("knowsphere.retrieval")
 
-Mode = Literal["hybrid", "vector", "bm25"]
-Embed = Callable[[str, str], Awaitable[list[float]]]  # (model id, query) -> vector
-Rerank = Callable[[str, str, Sequence[str]], Awaitable[list[float]]]  # (model id, query, texts)
-MultiQuery = Callable[[str], Awaitable[list[str]]]
+NO_RERANK_MODEL: Final = "no rerank model configured"
 
-
-class RerankUnavailable(Exception):
-    """No rerank model is configured (or it cannot be used); the search goes on without it."""
+ModelKey = tuple[str, int]  # (embedding model id, dimension): one vector collection
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ class SearchStats:
     mmr_applied: bool = False
     vector_weight_used: float = 0.0
     bm25_weight_used: float = 0.0
-    embed_seconds: float = 0.0
+    embed_seconds: float = 0.0  # embedding the query (its variants not counted)
     total_seconds: float = 0.0
     query_language: str = ""
 
@@ -107,6 +118,19 @@ class SearchOutcome:
     stats: SearchStats
 
 
+@dataclass(frozen=True)
+class _Recall:
+    """How one search recalls, the same for the query and each of its variants."""
+
+    scope: Scope
+    groups: dict[ModelKey, list[KnowledgeBaseIndex]]  # knowledge bases per vector collection
+    embedded: tuple[ModelKey, ...]  # the collections the vector leg searches (their model embeds)
+    use_bm25: bool
+    vector_weight: float  # in the fusion
+    bm25_weight: float
+    keep_unlifted: bool  # keep hits a zero-weight leg found (a single-leg mode reports them all)
+
+
 class Searcher:
     def __init__(
         self,
@@ -114,18 +138,14 @@ class Searcher:
         vectors: VectorIndex,
         lexical: LexicalIndex,
         chunks: ChunkStore,
-        embed: Embed,
-        rerank: Rerank | None = None,
-        multi_query: MultiQuery | None = None,
+        models: QueryModels,
         synonyms: SynonymTable | None = None,
         terms: Callable[[str], list[str]] | None = None,
     ) -> None:
         self._vectors = vectors
         self._lexical = lexical
         self._chunks = chunks
-        self._embed = embed
-        self._rerank = rerank
-        self._multi_query = multi_query
+        self._models = models
         self._synonyms = synonyms or SynonymTable()
         self._terms = terms or (lambda text: text.lower().split())
 
@@ -136,110 +156,37 @@ class Searcher:
         knowledge_bases: Sequence[KnowledgeBaseIndex],
         settings: SearchSettings,
         *,
-        mode: Mode = "hybrid",
+        mode: SearchMode = SearchMode.HYBRID,
         document_ids: Sequence[str] = (),
     ) -> SearchOutcome:
         started = time.perf_counter()
         stats = SearchStats(query_language=detect_language(query))
-        scope = Scope(tenant_id, tuple(kb.knowledge_base_id for kb in knowledge_bases), tuple(document_ids))
-        groups: dict[tuple[str, int], list[KnowledgeBaseIndex]] = {}
-        for kb in knowledge_bases:
-            groups.setdefault((kb.embedding_model_id, kb.embedding_dimension), []).append(kb)
+        recall = _plan_recall(tenant_id, knowledge_bases, settings, mode, stats, document_ids)
 
-        # A model group whose model does not read the query's language is a weak leg.
-        readable = {
-            key: all(model_reads(kb.model_languages, stats.query_language) for kb in kbs)
-            for key, kbs in groups.items()
-        }
-        use_vector = mode in ("hybrid", "vector") and bool(groups)
-        use_bm25 = mode in ("hybrid", "bm25")
-        vector_weight = settings.vector_weight if any(readable.values()) else settings.weak_leg_weight
-        if mode == "vector":
-            vector_weight = settings.vector_weight  # asked for explicitly: no down-weighting
-        stats.vector_weight_used = vector_weight if use_vector else 0.0
-        stats.bm25_weight_used = settings.bm25_weight if use_bm25 else 0.0
-
-        vectors_by_model: dict[tuple[str, int], list[float]] = {}
-        if use_vector and (vector_weight > 0 or mode == "vector"):
-            with _tracer.start_as_current_span("retrieval.embed_query") as span:
-                t0 = time.perf_counter()
-                for key in groups:
-                    if mode == "vector" or readable[key] or not any(readable.values()):
-                        vectors_by_model[key] = await self._embed(key[0], query)
-                stats.embed_seconds = time.perf_counter() - t0
-                span.set_attribute("ks.embed.models", len(vectors_by_model))
-
-        fused = await self._recall(
-            query, scope, groups, vectors_by_model, settings, mode, vector_weight, stats
-        )
-
+        fused, stats.embed_seconds = await self._recall(query, recall, settings, stats)
         if settings.expansion_enabled and len(fused) < settings.expansion_min_hits:
-            fused = await self._expand(query, scope, groups, settings, mode, vector_weight, fused, stats)
+            fused = await self._expand(query, recall, settings, fused, stats)
 
         candidates = fused[
             : max(settings.top_k, settings.rerank_candidates if settings.rerank_enabled else 0)
         ]
-        items = await self._load(tenant_id, candidates, settings)
+        items = await self._load(tenant_id, candidates)
         items = await self._rerank_items(query, items, settings, stats)
         if settings.mmr_lambda is not None and len(items) > 1:
-            with _tracer.start_as_current_span("retrieval.mmr") as span:
-                term_sets = [frozenset(self._terms(item.chunk.text)) for item in items]
-                order = mmr_order_by(
-                    [item.score for item in items],
-                    lambda i, j: jaccard(term_sets[i], term_sets[j]),
-                    settings.mmr_lambda,
-                    settings.top_k,
-                )
-                items = [items[i] for i in order]
-                stats.mmr_applied = True
-                span.set_attribute("ks.result.count", len(items))
+            items = self._diversify(items, settings.mmr_lambda, settings.top_k)
+            stats.mmr_applied = True
         items = items[: settings.top_k]
         if settings.include_parent:
             await self._attach_parents(tenant_id, items)
         stats.total_seconds = time.perf_counter() - started
         return SearchOutcome(results=items, stats=stats)
 
-    async def _legs(
-        self,
-        query: str,
-        scope: Scope,
-        groups: dict[tuple[str, int], list[KnowledgeBaseIndex]],
-        vectors_by_model: dict[tuple[str, int], list[float]],
-        settings: SearchSettings,
-        use_bm25: bool,
-    ) -> tuple[list[Hit], list[Hit]]:
-        vector_hits: list[Hit] = []
-        with _tracer.start_as_current_span("retrieval.vector_query") as span:
-            for key, vector in vectors_by_model.items():
-                group_scope = Scope(
-                    scope.tenant_id, tuple(kb.knowledge_base_id for kb in groups[key]), scope.document_ids
-                )
-                vector_hits += await self._vectors.search(
-                    groups[key][0].collection, vector, group_scope, settings.candidate_count
-                )
-            vector_hits.sort(key=lambda h: -h.score)
-            vector_hits = vector_hits[: settings.candidate_count]
-            span.set_attribute("ks.result.count", len(vector_hits))
-        bm25_hits: list[Hit] = []
-        if use_bm25:
-            with _tracer.start_as_current_span("retrieval.bm25_query") as span:
-                bm25_hits = await self._lexical.search(query, scope, settings.candidate_count)
-                span.set_attribute("ks.result.count", len(bm25_hits))
-        return vector_hits, bm25_hits
-
     async def _recall(
-        self,
-        query: str,
-        scope: Scope,
-        groups: dict[tuple[str, int], list[KnowledgeBaseIndex]],
-        vectors_by_model: dict[tuple[str, int], list[float]],
-        settings: SearchSettings,
-        mode: Mode,
-        vector_weight: float,
-        stats: SearchStats,
-    ) -> list[FusedHit]:
-        vector_hits, bm25_hits = await self._legs(
-            query, scope, groups, vectors_by_model, settings, mode in ("hybrid", "bm25")
+        self, query: str, recall: _Recall, settings: SearchSettings, stats: SearchStats
+    ) -> tuple[list[FusedHit], float]:
+        """The fused hits of ``query`` and the seconds its embedding took; both legs run at once."""
+        (vector_hits, embed_seconds), bm25_hits = await asyncio.gather(
+            self._vector_leg(query, recall, settings), self._bm25_leg(query, recall, settings)
         )
         stats.vector_hit_count += len(vector_hits)
         stats.bm25_hit_count += len(bm25_hits)
@@ -249,52 +196,83 @@ class Searcher:
                 bm25_hits,
                 method=settings.fusion,
                 rrf_k=settings.rrf_k,
-                vector_weight=vector_weight if mode != "bm25" else 0.0,
-                bm25_weight=settings.bm25_weight if mode != "vector" else 0.0,
+                vector_weight=recall.vector_weight,
+                bm25_weight=recall.bm25_weight,
             )
             # A leg with weight 0 still recalls (its scores are reported) but cannot lift a hit.
-            fused = [h for h in fused if h.score > 0 or mode != "hybrid"]
-            span.set_attribute("ks.fusion.method", settings.fusion)
-            span.set_attribute("ks.result.count", len(fused))
-        return fused
+            if not recall.keep_unlifted:
+                fused = [h for h in fused if h.score > 0]
+            span.set_attribute(attributes.FUSION_METHOD, settings.fusion)
+            span.set_attribute(attributes.RESULT_COUNT, len(fused))
+        return fused, embed_seconds
+
+    async def _vector_leg(
+        self, query: str, recall: _Recall, settings: SearchSettings
+    ) -> tuple[list[Hit], float]:
+        if not recall.embedded:
+            return [], 0.0
+        with _tracer.start_as_current_span("retrieval.embed_query") as span:
+            started = time.perf_counter()
+            vectors = await asyncio.gather(
+                *(self._models.embed_query(model_id, query) for model_id, _ in recall.embedded)
+            )
+            embed_seconds = time.perf_counter() - started
+            span.set_attribute(attributes.EMBED_MODELS, len(recall.embedded))
+        with _tracer.start_as_current_span("retrieval.vector_query") as span:
+            scope = recall.scope
+            found = await asyncio.gather(
+                *(
+                    self._vectors.search(
+                        recall.groups[key][0].collection,
+                        vector,
+                        Scope(
+                            scope.tenant_id,
+                            tuple(kb.knowledge_base_id for kb in recall.groups[key]),
+                            scope.document_ids,
+                        ),
+                        settings.candidate_count,
+                    )
+                    for key, vector in zip(recall.embedded, vectors, strict=True)
+                )
+            )
+            hits = sorted((hit for group in found for hit in group), key=lambda h: -h.score)
+            hits = hits[: settings.candidate_count]
+            span.set_attribute(attributes.RESULT_COUNT, len(hits))
+        return hits, embed_seconds
+
+    async def _bm25_leg(self, query: str, recall: _Recall, settings: SearchSettings) -> list[Hit]:
+        if not recall.use_bm25:
+            return []
+        with _tracer.start_as_current_span("retrieval.bm25_query") as span:
+            hits = await self._lexical.search(query, recall.scope, settings.candidate_count)
+            span.set_attribute(attributes.RESULT_COUNT, len(hits))
+        return hits
 
     async def _expand(
         self,
         query: str,
-        scope: Scope,
-        groups: dict[tuple[str, int], list[KnowledgeBaseIndex]],
+        recall: _Recall,
         settings: SearchSettings,
-        mode: Mode,
-        vector_weight: float,
         fused: list[FusedHit],
         stats: SearchStats,
     ) -> list[FusedHit]:
         with _tracer.start_as_current_span("retrieval.expansion") as span:
-            if settings.expansion_method == "llm" and self._multi_query is not None:
-                variants = (await self._multi_query(query))[: settings.expansion_queries]
+            if settings.expansion_method == "llm":
+                variants = await llm_variants(self._models, query, settings.expansion_queries)
             else:
                 variants = self._synonyms.expand(query, settings.expansion_queries)
-            span.set_attribute("ks.expansion.method", settings.expansion_method)
-            span.set_attribute("ks.expansion.queries", len(variants))
+            span.set_attribute(attributes.EXPANSION_METHOD, settings.expansion_method)
+            span.set_attribute(attributes.EXPANSION_QUERIES, len(variants))
             if not variants:
                 return fused
             stats.expanded = True
             stats.expansion_queries = variants
-            lists = [fused]
-            for variant in variants:
-                vectors = (
-                    {key: await self._embed(key[0], variant) for key in groups} if vector_weight > 0 else {}
-                )
-                lists.append(
-                    await self._recall(variant, scope, groups, vectors, settings, mode, vector_weight, stats)
-                )
-            merged = _merge_by_rank(lists, settings.rrf_k)
-            span.set_attribute("ks.result.count", len(merged))
+            recalled = await asyncio.gather(*(self._recall(v, recall, settings, stats) for v in variants))
+            merged = _merge_by_rank([fused, *(hits for hits, _ in recalled)], settings.rrf_k)
+            span.set_attribute(attributes.RESULT_COUNT, len(merged))
             return merged
 
-    async def _load(
-        self, tenant_id: str, hits: Sequence[FusedHit], settings: SearchSettings
-    ) -> list[ResultItem]:
+    async def _load(self, tenant_id: str, hits: Sequence[FusedHit]) -> list[ResultItem]:
         if not hits:
             return []
         stored = {c.chunk_id: c for c in await self._chunks.get_chunks(tenant_id, [h.chunk_id for h in hits])}
@@ -307,24 +285,42 @@ class Searcher:
     ) -> list[ResultItem]:
         if not settings.rerank_enabled or not items:
             return items
-        if self._rerank is None:
-            stats.rerank_skipped_reason = "reranking is not available in this deployment"
-            return items
         with _tracer.start_as_current_span("retrieval.rerank") as span:
-            try:
-                scores = await self._rerank(
-                    settings.rerank_model_id, query, [item.chunk.text for item in items]
-                )
-            except RerankUnavailable as why:
-                stats.rerank_skipped_reason = str(why)
-                span.set_attribute("ks.rerank.skipped", str(why))
+            skipped = await self._rerank_scores(settings.rerank_model_id, query, items)
+            if isinstance(skipped, str):
+                stats.rerank_skipped_reason = skipped
+                span.set_attribute(attributes.RERANK_SKIPPED, skipped)
                 return items
-            for item, score in zip(items, scores, strict=True):
+            for item, score in zip(items, skipped, strict=True):
                 item.rerank = score
                 item.score = score
             stats.reranked = True
-            span.set_attribute("ks.result.count", len(items))
+            span.set_attribute(attributes.RESULT_COUNT, len(items))
             return sorted(items, key=lambda item: -item.score)
+
+    async def _rerank_scores(self, model_id: str, query: str, items: list[ResultItem]) -> list[float] | str:
+        """A score per item, or why reranking is skipped (no usable rerank model: no failure)."""
+        # Asking whether a default exists is cached; a Rerank call that must fail is not made.
+        if not model_id and not await self._models.has_default(ModelType.RERANK):
+            return NO_RERANK_MODEL
+        try:
+            return await self._models.rerank(model_id, query, [item.chunk.text for item in items])
+        except ServiceError as error:
+            if not is_model_missing(error):
+                raise
+            return f"rerank model {model_id} cannot rerank: {error.message}" if model_id else NO_RERANK_MODEL
+
+    def _diversify(self, items: list[ResultItem], mmr_lambda: float, top_k: int) -> list[ResultItem]:
+        with _tracer.start_as_current_span("retrieval.mmr") as span:
+            term_sets = [frozenset(self._terms(item.chunk.text)) for item in items]
+            order = mmr_order_by(
+                [item.score for item in items],
+                lambda i, j: jaccard(term_sets[i], term_sets[j]),
+                mmr_lambda,
+                top_k,
+            )
+            span.set_attribute(attributes.RESULT_COUNT, len(order))
+            return [items[i] for i in order]
 
     async def _attach_parents(self, tenant_id: str, items: list[ResultItem]) -> None:
         with _tracer.start_as_current_span("retrieval.parent_fetch") as span:
@@ -336,7 +332,49 @@ class Searcher:
                 if parent_id and parent_id not in seen and parent_id in parents:
                     item.parent_text = parents[parent_id]
                     seen.add(parent_id)
-            span.set_attribute("ks.parent.count", len(seen))
+            span.set_attribute(attributes.PARENT_COUNT, len(seen))
+
+
+def _plan_recall(
+    tenant_id: str,
+    knowledge_bases: Sequence[KnowledgeBaseIndex],
+    settings: SearchSettings,
+    mode: SearchMode,
+    stats: SearchStats,
+    document_ids: Sequence[str],
+) -> _Recall:
+    """Which legs run with which weights; reports the weights used in ``stats``."""
+    groups: dict[ModelKey, list[KnowledgeBaseIndex]] = {}
+    for kb in knowledge_bases:
+        groups.setdefault((kb.embedding_model_id, kb.embedding_dimension), []).append(kb)
+    # A model group whose model does not read the query's language is a weak leg.
+    readable = {
+        key: all(model_reads(kb.model_languages, stats.query_language) for kb in kbs)
+        for key, kbs in groups.items()
+    }
+    use_vector = mode in (SearchMode.HYBRID, SearchMode.VECTOR) and bool(groups)
+    use_bm25 = mode in (SearchMode.HYBRID, SearchMode.BM25)
+    if mode == SearchMode.VECTOR:
+        vector_weight = settings.vector_weight  # asked for explicitly: no down-weighting
+    else:
+        vector_weight = settings.vector_weight if any(readable.values()) else settings.weak_leg_weight
+    stats.vector_weight_used = vector_weight if use_vector else 0.0
+    stats.bm25_weight_used = settings.bm25_weight if use_bm25 else 0.0
+    embedded: tuple[ModelKey, ...] = ()
+    if use_vector and (vector_weight > 0 or mode == SearchMode.VECTOR):
+        # Where some models read the query, only theirs are asked; where none does, all are.
+        embedded = tuple(
+            key for key in groups if mode == SearchMode.VECTOR or readable[key] or not any(readable.values())
+        )
+    return _Recall(
+        scope=Scope(tenant_id, tuple(kb.knowledge_base_id for kb in knowledge_bases), tuple(document_ids)),
+        groups=groups,
+        embedded=embedded,
+        use_bm25=use_bm25,
+        vector_weight=vector_weight if mode != SearchMode.BM25 else 0.0,
+        bm25_weight=settings.bm25_weight if mode != SearchMode.VECTOR else 0.0,
+        keep_unlifted=mode != SearchMode.HYBRID,
+    )
 
 
 def _merge_by_rank(lists: Sequence[Sequence[FusedHit]], rrf_k: int) -> list[FusedHit]:

@@ -1,8 +1,10 @@
-"""The storage interfaces retrieval's domain depends on; each backend module implements one.
+"""The ports of retrieval's domain: the store interfaces and model calls it depends on, and their shapes.
 
-Every index is multi-tenant: each stored item carries ``tenant_id`` and ``knowledge_base_id``, and
-every read and delete filters by the tenant (and the knowledge bases) it is given, so a query
-carrying tenant A never returns tenant B's data even with B's knowledge-base id.
+Nothing in the domain imports ``adapters/`` or ``api/``: the domain depends on these interfaces, and
+each backend module in ``adapters/`` implements one of them. Every index is multi-tenant: each stored
+item carries ``tenant_id`` and ``knowledge_base_id``, and every read and delete filters by the tenant
+(and the knowledge bases) it is given, so a query carrying tenant A never returns tenant B's data even
+with B's knowledge-base id.
 
 One conformance suite per interface lives in ``tests/contract/`` and runs against every
 implementation that can run here (embedded always; servers when their URL variable is set).
@@ -10,14 +12,12 @@ implementation that can run here (embedded always; servers when their URL variab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    # domain.grep imports GrepMatch/GrepResult from here; the plan is only needed for annotations.
-    from knowsphere_retrieval.domain.grep import GrepPlan
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 
 # --- shared shapes ----------------------------------------------------------------------------
 
@@ -203,6 +203,22 @@ class StoredChunk:
 
 
 @dataclass(frozen=True)
+class GrepPlan:
+    """A validated grep request (:func:`knowsphere_retrieval.domain.grep.plan_grep`): compiled pattern
+    and effective limits."""
+
+    pattern: str
+    ignore_case: bool
+    context_chars: int
+    max_matches: int
+    time_budget_seconds: float
+    page_size: int
+    # Every match contains this substring (case-sensitively); "" when none could be proven.
+    required_literal: str
+    regex: Any = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
 class GrepMatch:
     """One regex match in a chunk; ``start``/``end`` are offsets in the chunk text, in code points."""
 
@@ -350,3 +366,45 @@ class ChunkStore(Protocol):
     ) -> dict[str, KnowledgeBaseCounts]: ...
 
     async def close(self) -> None: ...
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+
+class QueryModels(Protocol):
+    """The model calls a search makes; ``knowsphere_clients.ModelHubClient`` is the implementation.
+
+    The tenant is the caller's bound identity. A call that fails raises
+    ``knowsphere_clients.errors.ServiceError``; ``knowsphere_clients.modelhub.is_model_missing`` tells
+    "no usable model of that type is configured" from a failure.
+    """
+
+    async def embed_query(self, model_id: str, query: str) -> list[float]:
+        """The query vector of ``query`` (cached per tenant by the client)."""
+        ...
+
+    async def rerank(
+        self, model_id: str, query: str, documents: Sequence[str], *, top_n: int = 0
+    ) -> list[float]:
+        """A relevance score per document, in the order given; the tenant's default model when empty."""
+        ...
+
+    async def has_default(self, model_type: ModelType) -> bool:
+        """Whether the tenant has a default model of the type (cached per tenant by the client)."""
+        ...
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        purpose: str,
+        model_id: str = "",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> str:
+        """The whole text of one chat completion; the tenant's default chat model when none is named."""
+        ...
+
+    async def model_languages(self, model_id: str) -> tuple[str, ...]:
+        """Languages an embedding model reads; () when unknown (cached per tenant by the client)."""
+        ...
