@@ -328,7 +328,7 @@ def test_the_openapi_document_lists_the_knowledge_endpoints(stack: Any) -> None:
         in paths["/api/v1/documents/{document_id}/progress"]["get"]["responses"]["200"]["content"]
     )
     schemas = document["components"]["schemas"]
-    assert {"KnowledgeBaseView", "DocumentView", "ProgressView", "UploadView"} <= set(schemas)
+    assert {"KnowledgeBase", "Document", "DocumentProgress", "UploadDocumentResponse"} <= set(schemas)
 
 
 def _post_headers_only(stack: Any, path: str, content_length: int) -> tuple[str, str]:

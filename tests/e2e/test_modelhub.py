@@ -17,8 +17,10 @@ import pytest
 from grpc_status import rpc_status
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere_contracts.events import ModelChange, ModelChanged
 from knowsphere_contracts.services import CONTRACTS
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.identity import Identity, bound_identity, current_identity
 from knowsphere_runtime.rpc import open_channel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
@@ -186,6 +188,50 @@ def test_chat_streams_from_a_registered_provider(stack, provider):
         [{"type": "text", "text": "How much leave?"}],
     )
     httpx.delete(f"{stack.gateway_url}/api/v1/models/{created['id']}", timeout=10)
+
+
+def test_model_changes_are_announced_on_the_bus_for_the_tenant(stack):
+    async def run():  # type: ignore[no-untyped-def]
+        heard: asyncio.Queue[tuple[ModelChanged, str | None]] = asyncio.Queue()
+        listener = build_broker(stack.nats_url, client_name="e2e-listener")
+
+        @listener.subscriber(ModelChanged.subject)
+        async def on_change(event: ModelChanged) -> None:
+            identity = current_identity()
+            await heard.put((event, identity.tenant_id if identity else None))
+
+        async def next_about(model_id: str) -> tuple[ModelChanged, str | None]:
+            while True:
+                event, tenant = await asyncio.wait_for(heard.get(), timeout=10)
+                if event.model_id == model_id:
+                    return event, tenant
+
+        await listener.start()
+        try:
+            contract = CONTRACTS["modelhub"]
+            async with open_channel(stack.grpc_addr("modelhub"), services=[contract.descriptor]) as channel:
+                stub = contract.stub(channel)
+                with bound_identity(LOCAL):
+                    created = await stub.CreateModel(
+                        pb.CreateModelRequest(
+                            display_name="announced",
+                            provider_id="custom",
+                            model_name="m",
+                            types=[pb.MODEL_TYPE_KNOWLEDGE_QA],
+                            base_url="http://127.0.0.1:9/v1",
+                        )
+                    )
+                    model_id = created.model.id
+                    first = await next_about(model_id)
+                    await stub.DeleteModel(pb.DeleteModelRequest(model_id=model_id))
+                    second = await next_about(model_id)
+        finally:
+            await listener.stop()
+        return first, second
+
+    (created, tenant), (deleted, _) = asyncio.run(run())
+    assert created.change == ModelChange.CREATED and tenant == LOCAL.tenant_id
+    assert deleted.change == ModelChange.DELETED and deleted.model_id == created.model_id
 
 
 async def _drain(stream):  # type: ignore[no-untyped-def]

@@ -104,7 +104,7 @@ def test_search_through_the_gateway_returns_ranked_results_with_score_parts(stac
     # Parents travel once: later results of the same parent carry only its id.
     same_parent = [r for r in found["results"] if r["parent_id"] == top["parent_id"]]
     assert sum(1 for r in same_parent if r["parent_text"]) == 1
-    assert found["stats"]["vector_hits"] > 0 and found["stats"]["bm25_hits"] > 0
+    assert found["stats"]["vector_hit_count"] > 0 and found["stats"]["bm25_hit_count"] > 0
     assert found["stats"]["rerank_skipped_reason"] == "no rerank model configured"
 
 

@@ -1,6 +1,7 @@
 """The gateway's batch upload (``POST /api/v1/knowledge-bases/{kb_id}/documents/batch``) against a fake
-ingestion stub: what reaches ``UploadDocuments`` and how its results and the gateway's own refusals
-come back, one per file, in order. Driven through the ASGI interface, as a server would."""
+ingestion service (on a real gRPC server, reached through the ingestion client): what reaches
+``UploadDocuments`` and how its results and the gateway's own refusals come back, one per file, in
+order. Driven through the ASGI interface, as a server would."""
 
 from __future__ import annotations
 
@@ -9,18 +10,25 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
+import pytest
 from fastapi import FastAPI
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
-from knowsphere_gateway.api.errors import install_error_handler
-from knowsphere_gateway.api.knowledge import build_knowledge_router
-from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.rpc import errors as rpc_errors
 
 BOUNDARY = "ks-batch-boundary-0c2f"
 MAX_FILE_BYTES = 1000
 MAX_FILES = 4
 PATH = "/api/v1/knowledge-bases/kb-1/documents/batch"
+
+
+def refused(header: pb.UploadHeader) -> pb.UploadError:
+    """ingestion's refusal of an ``.exe`` file, as its ``_refused`` builds it from the request error."""
+    error = rpc_errors.invalid("header.file_name", "unsupported file type '.exe'; accepted: md, txt")
+    fields: dict[str, str] = {"code": error.code.name, "message": error.message}
+    if "field" in pb.UploadError.DESCRIPTOR.fields_by_name:
+        fields["field"] = error.field
+    return pb.UploadError(**fields)
 
 
 class FakeIngestion:
@@ -30,10 +38,10 @@ class FakeIngestion:
         self.uploaded: list[tuple[pb.UploadHeader, bytes]] = []
         self.upload_calls = 0
 
-    async def GetKnowledgeBase(self, request: pb.GetKnowledgeBaseRequest) -> pb.GetKnowledgeBaseResponse:
+    async def GetKnowledgeBase(self, request: pb.GetKnowledgeBaseRequest, context: Any) -> Any:
         return pb.GetKnowledgeBaseResponse(knowledge_base=pb.KnowledgeBase(id=request.knowledge_base_id))
 
-    async def GetUploadPolicy(self, request: pb.GetUploadPolicyRequest) -> pb.GetUploadPolicyResponse:
+    async def GetUploadPolicy(self, request: pb.GetUploadPolicyRequest, context: Any) -> Any:
         return pb.GetUploadPolicyResponse(
             max_file_size_bytes=MAX_FILE_BYTES,
             recommended_chunk_size_bytes=4096,
@@ -41,9 +49,7 @@ class FakeIngestion:
             batch_max_documents=64,
         )
 
-    async def UploadDocuments(
-        self, messages: AsyncIterator[pb.UploadDocumentsRequest]
-    ) -> pb.UploadDocumentsResponse:
+    async def UploadDocuments(self, messages: AsyncIterator[pb.UploadDocumentsRequest], context: Any) -> Any:
         self.upload_calls += 1
         async for message in messages:
             if message.HasField("header"):
@@ -54,11 +60,7 @@ class FakeIngestion:
         results = []
         for index, (header, data) in enumerate(self.uploaded):
             if header.file_name.endswith(".exe"):
-                error = pb.UploadError(
-                    code="INVALID_ARGUMENT",
-                    message="header.file_name: unsupported file type '.exe'; accepted: md, txt",
-                )
-                results.append(pb.UploadResult(file_name=header.file_name, error=error))
+                results.append(pb.UploadResult(file_name=header.file_name, error=refused(header)))
             else:
                 document = pb.Document(
                     id=f"doc-{index}",
@@ -70,14 +72,6 @@ class FakeIngestion:
                 )
                 results.append(pb.UploadResult(file_name=header.file_name, document=document))
         return pb.UploadDocumentsResponse(results=results)
-
-
-def app_with(ingestion: FakeIngestion) -> FastAPI:
-    app = FastAPI()
-    install_error_handler(app)
-    identity = Identity(tenant_id="t1", user_id="u1")
-    app.include_router(build_knowledge_router(lambda: ingestion, lambda: identity))
-    return app
 
 
 def body(files: list[tuple[str, bytes]], metadata: dict[str, str] | None = None) -> bytes:
@@ -126,11 +120,11 @@ async def post(app: FastAPI, path: str, content: bytes) -> tuple[int, Any]:
     return status, json.loads(answer)
 
 
-async def test_one_result_per_file_in_order_with_refused_files_beside_the_accepted_ones() -> None:
+async def test_one_result_per_file_in_order_with_refused_files_beside_the_accepted_ones(gateway: Any) -> None:
     ingestion = FakeIngestion()
     good, big, exe, other = b"# Good\n", b"x" * (MAX_FILE_BYTES + 1), b"MZ\x90\x00", b"other text\n"
     files = [("good.md", good), ("big.md", big), ("setup.exe", exe), ("notes.txt", other)]
-    status, answer = await post(app_with(ingestion), PATH, body(files, {"source": "wiki"}))
+    status, answer = await post(await gateway(ingestion), PATH, body(files, {"source": "wiki"}))
 
     assert status == 200, answer
     results = answer["results"]
@@ -149,11 +143,9 @@ async def test_one_result_per_file_in_order_with_refused_files_beside_the_accept
         "message": f"file: over the limit of {MAX_FILE_BYTES} bytes",
         "field": "file",
     }
-    assert results[2]["error"] == {
-        "code": "invalid_argument",
-        "message": "file_name: unsupported file type '.exe'; accepted: md, txt",
-        "field": "file_name",
-    }
+    assert results[2]["error"]["code"] == "invalid_argument"
+    assert "unsupported file type '.exe'; accepted: md, txt" in results[2]["error"]["message"]
+    assert results[2]["duplicate"] is False
 
     # One stream: each file sent has its header (size, hash, the shared metadata), then its bytes;
     # the file over the limit never reached ingestion.
@@ -168,10 +160,28 @@ async def test_one_result_per_file_in_order_with_refused_files_beside_the_accept
     ]
 
 
-async def test_more_files_than_the_policy_allows_is_a_400_naming_the_limit_and_nothing_is_sent() -> None:
+@pytest.mark.xfail(
+    "field" not in pb.UploadError.DESCRIPTOR.fields_by_name,
+    reason="a refused file's field travels only once ingestion.proto's UploadError has `field`",
+    strict=True,
+)
+async def test_a_file_ingestion_refuses_names_the_field_as_the_caller_sent_it(gateway: Any) -> None:
+    files = [("good.md", b"# Good\n"), ("setup.exe", b"MZ\x90\x00")]
+    status, answer = await post(await gateway(FakeIngestion()), PATH, body(files))
+    assert status == 200, answer
+    assert answer["results"][1]["error"] == {
+        "code": "invalid_argument",
+        "message": "file_name: unsupported file type '.exe'; accepted: md, txt",
+        "field": "file_name",
+    }
+
+
+async def test_more_files_than_the_policy_allows_is_a_400_naming_the_limit_and_nothing_is_sent(
+    gateway: Any,
+) -> None:
     ingestion = FakeIngestion()
     files = [(f"f{i}.md", b"# File\n") for i in range(MAX_FILES + 1)]
-    status, answer = await post(app_with(ingestion), PATH, body(files))
+    status, answer = await post(await gateway(ingestion), PATH, body(files))
     assert status == 400
     assert answer["error"]["field"] == "file"
     assert f"more than {MAX_FILES} files" in answer["error"]["message"]
@@ -179,39 +189,40 @@ async def test_more_files_than_the_policy_allows_is_a_400_naming_the_limit_and_n
     assert ingestion.upload_calls == 0
 
 
-async def test_only_refused_files_answer_without_calling_ingestion() -> None:
+async def test_only_refused_files_answer_without_calling_ingestion(gateway: Any) -> None:
     ingestion = FakeIngestion()
-    status, answer = await post(app_with(ingestion), PATH, body([("big.md", b"x" * (MAX_FILE_BYTES + 1))]))
+    status, answer = await post(
+        await gateway(ingestion), PATH, body([("big.md", b"x" * (MAX_FILE_BYTES + 1))])
+    )
     assert status == 200
     assert [r["error"]["code"] for r in answer["results"]] == ["payload_too_large"]
     assert ingestion.upload_calls == 0
 
 
-async def test_an_unknown_knowledge_base_is_a_404_before_the_body_is_read() -> None:
+async def test_an_unknown_knowledge_base_is_a_404_before_the_body_is_read(gateway: Any) -> None:
     class NoKnowledgeBase(FakeIngestion):
-        async def GetKnowledgeBase(self, request: pb.GetKnowledgeBaseRequest) -> pb.GetKnowledgeBaseResponse:
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.NOT_FOUND,
-                grpc.aio.Metadata(),
-                grpc.aio.Metadata(),
-                details=f"knowledge base {request.knowledge_base_id} not found",
-            )
+        async def GetKnowledgeBase(self, request: pb.GetKnowledgeBaseRequest, context: Any) -> Any:
+            async def work() -> pb.GetKnowledgeBaseResponse:
+                raise rpc_errors.not_found("knowledge base", request.knowledge_base_id)
+
+            return await rpc_errors.answer(context, work)
 
     ingestion = NoKnowledgeBase()
-    status, answer = await post(app_with(ingestion), PATH, body([("a.md", b"# A\n")]))
+    status, answer = await post(await gateway(ingestion), PATH, body([("a.md", b"# A\n")]))
     assert status == 404
     assert answer["error"]["message"] == "knowledge base kb-1 not found"
     assert ingestion.upload_calls == 0
 
 
-def test_the_openapi_document_describes_several_file_parts() -> None:
-    document = app_with(FakeIngestion()).openapi()
+async def test_the_openapi_document_describes_several_file_parts(gateway: Any) -> None:
+    document = (await gateway(FakeIngestion())).openapi()
     operation = document["paths"]["/api/v1/knowledge-bases/{kb_id}/documents/batch"]["post"]
     schema = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["properties"]["file"]["type"] == "array"
     assert schema["properties"]["file"]["items"] == {"type": "string", "format": "binary"}
     assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/BatchUploadView"
+        "$ref": "#/components/schemas/UploadDocumentsResponse"
     }
-    result = document["components"]["schemas"]["UploadResultView"]["properties"]
+    result = document["components"]["schemas"]["UploadResult"]["properties"]
     assert {"file_name", "document", "duplicate", "error"} <= set(result)
+    assert result["error"]["anyOf"][0] == {"$ref": "#/components/schemas/UploadErrorBody"}

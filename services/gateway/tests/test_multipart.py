@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from knowsphere_gateway.api import multipart
-from knowsphere_gateway.api.errors import ServiceError
+from knowsphere_gateway.api.errors import HttpError
 from knowsphere_gateway.api.multipart import (
     SpooledFiles,
     SpooledUpload,
@@ -65,8 +65,8 @@ async def spool(body: bytes | Iterable[bytes], limit: int = LIMIT) -> SpooledUpl
     return await spool_upload(CONTENT_TYPE, stream(pieces), limit)
 
 
-async def spool_error(body: bytes | Iterable[bytes], limit: int = LIMIT) -> ServiceError:
-    with pytest.raises(ServiceError) as caught:
+async def spool_error(body: bytes | Iterable[bytes], limit: int = LIMIT) -> HttpError:
+    with pytest.raises(HttpError) as caught:
         await spool(body, limit)
     return caught.value
 
@@ -225,7 +225,7 @@ async def test_metadata_that_is_not_json_or_too_large_is_a_400() -> None:
 
 async def test_a_body_that_is_not_multipart_is_a_415() -> None:
     for content_type in (None, "application/json", "multipart/form-data", "multipart/mixed; boundary=x"):
-        with pytest.raises(ServiceError) as caught:
+        with pytest.raises(HttpError) as caught:
             await spool_upload(content_type, stream([b"{}"]), LIMIT)
         assert caught.value.status_code == 415
         assert caught.value.body["field"] == "file"
@@ -261,7 +261,7 @@ async def test_a_file_over_the_limit_stops_the_reading_early() -> None:
             pulled += 1
             yield b"\0" * piece
 
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_upload(CONTENT_TYPE, endless_body(), limit)
     assert caught.value.status_code == 413
     assert caught.value.body == {
@@ -276,7 +276,7 @@ def test_a_content_length_that_cannot_fit_is_refused_before_reading() -> None:
     refuse_oversized(None, 1000)
     refuse_oversized("not-a-number", 1000)
     refuse_oversized(str(1000 + multipart.MULTIPART_ALLOWANCE_BYTES), 1000)
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         refuse_oversized(str(1001 + multipart.MULTIPART_ALLOWANCE_BYTES), 1000)
     assert caught.value.status_code == 413
 
@@ -359,7 +359,7 @@ async def test_more_files_than_the_limit_stop_the_reading_with_a_400_naming_the_
             yield file_part(b"# A file\n", f"f{i}.md")
         yield closing()
 
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_uploads(CONTENT_TYPE, body(), LIMIT, 3)
     assert caught.value.status_code == 400
     assert caught.value.body == {
@@ -372,10 +372,10 @@ async def test_more_files_than_the_limit_stop_the_reading_with_a_400_naming_the_
 
 
 async def test_several_files_need_at_least_one_file_part_each_with_a_name() -> None:
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_many(metadata_part("{}") + closing())
     assert caught.value.body["message"] == "file: required (a multipart part named 'file')"
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_many(file_part(b"a", "a.md") + part('form-data; name="file"', b"text") + closing())
     assert caught.value.body["message"] == "file: the part 'file' must be a file upload"
 
@@ -385,10 +385,10 @@ async def test_bad_metadata_or_a_malformed_body_refuses_the_whole_batch_and_clos
 ) -> None:
     opened = record_spooled_files(monkeypatch)
     two_files = file_part(b"a", "a.md") + file_part(b"b", "b.md")
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_many(two_files + metadata_part("[1]") + closing())
     assert (caught.value.status_code, caught.value.body["field"]) == (400, "metadata")
-    with pytest.raises(ServiceError) as caught:
+    with pytest.raises(HttpError) as caught:
         await spool_many(two_files)  # no closing boundary
     assert str(caught.value.body["message"]).startswith("file: malformed multipart body: ")
     assert len(opened) == 4 and all(file.closed for file in opened)

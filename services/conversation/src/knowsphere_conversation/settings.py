@@ -15,5 +15,4 @@ class Settings(ServiceSettings):
     memory_addr: str = Field(description="host:port of the memory service")
     toolrunner_addr: str = Field(description="host:port of the toolrunner service")
     modelhub_addr: str = Field(description="host:port of the modelhub service")
-    chat_queue_group: str = "conversation"
     retrieval_top_k: int = Field(default=8, ge=1, le=100)

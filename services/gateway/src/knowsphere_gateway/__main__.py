@@ -1,15 +1,17 @@
-"""Wiring of the gateway: settings, peer channels, NATS, the HTTP API and a gRPC health endpoint."""
+"""Wiring of the gateway: settings, peer clients, NATS, the HTTP API and a gRPC health endpoint."""
 
 from functools import partial
 
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-from knowsphere_contracts.services import CONTRACTS
+from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient, service_channel
+from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
+from knowsphere_gateway.api.bus import CHAT_EVENTS, build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
 from knowsphere_gateway.settings import Settings
-from knowsphere_runtime.bus import build_broker
+from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import Identity
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.rpc import GrpcServer, check_health, open_channel
@@ -21,12 +23,7 @@ def main() -> None:
 
     def build() -> list[Component]:
         channels = {
-            name: open_channel(
-                address,
-                services=[CONTRACTS[name].descriptor],
-                unary_timeout=settings.rpc_timeout_seconds,
-                stream_timeout=settings.rpc_stream_timeout_seconds,
-            )
+            name: service_channel(name, address, settings)
             for name, address in settings.peer_addresses().items()
         }
         # The gateway's own gRPC endpoint (health for probes) is checked like any other service.
@@ -41,17 +38,22 @@ def main() -> None:
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
+        bus = build_bus()
+        broker.include_router(bus.router)
+        chat_events: Fanout[ChatTurnEvent] = Fanout()
+        broker.context.set_global(CHAT_EVENTS, chat_events)
         app = create_app(
             GatewayContext(
-                broker=broker,
+                bus=bus,
+                chat_events=chat_events,
                 health_probes=probes,
                 bus_connected=partial(broker.ping, 0.5),
                 chat_turn_timeout=settings.chat_turn_timeout_seconds,
                 default_identity=Identity(settings.default_tenant_id, settings.default_user_id),
                 trust_identity_headers=settings.trust_identity_headers,
-                modelhub=CONTRACTS["modelhub"].stub(channels["modelhub"]),
-                retrieval=CONTRACTS["retrieval"].stub(channels["retrieval"]),
-                ingestion=CONTRACTS["ingestion"].stub(channels["ingestion"]),
+                modelhub=ModelHubClient(channels["modelhub"]),
+                retrieval=RetrievalClient(channels["retrieval"]),
+                ingestion=IngestionClient(channels["ingestion"]),
             )
         )
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")

@@ -1,45 +1,34 @@
-"""Retrieval over gRPC, as the turn runner's ``search`` function."""
+"""Retrieval as the turn runner's ``search``: ranked passages through ``RetrievalClient.search``.
+
+A retrieval that cannot serve (not built, unreachable, too slow) is a :class:`CapabilityUnavailable`
+with the turn's error code for it; any other failure goes up to the turn as it is.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_clients import RetrievalClient
+from knowsphere_clients.errors import DeadlineExceeded, ServiceError, Unavailable, Unimplemented
+from knowsphere_conversation.domain.turns import CapabilityUnavailable
 
-from knowsphere.retrieval.v1 import retrieval_pb2
-from knowsphere_contracts.services import CONTRACTS
-from knowsphere_conversation.domain.turns import CapabilityUnavailable, Evidence
-
-_UNAVAILABLE_CODES = {
-    grpc.StatusCode.UNIMPLEMENTED: "retrieval_unimplemented",
-    grpc.StatusCode.UNAVAILABLE: "retrieval_unavailable",
-    grpc.StatusCode.DEADLINE_EXCEEDED: "retrieval_timeout",
+UNAVAILABLE_CODES: dict[type[ServiceError], str] = {
+    Unimplemented: "retrieval_unimplemented",
+    Unavailable: "retrieval_unavailable",
+    DeadlineExceeded: "retrieval_timeout",
 }
 
 
 class RetrievalSearch:
-    def __init__(self, channel: grpc.aio.Channel, top_k: int) -> None:
-        self._stub = CONTRACTS["retrieval"].stub(channel)
+    def __init__(self, retrieval: RetrievalClient, top_k: int) -> None:
+        self._retrieval = retrieval
         self._top_k = top_k
 
-    async def __call__(self, query: str, knowledge_base_ids: Sequence[str]) -> list[Evidence]:
-        request = retrieval_pb2.SearchRequest(
-            query=query, knowledge_base_ids=list(knowledge_base_ids), top_k=self._top_k
-        )
+    async def __call__(self, query: str, knowledge_base_ids: Sequence[str]) -> Sequence[rpb.SearchResult]:
         try:
-            response = await self._stub.Search(request)
-        except grpc.aio.AioRpcError as error:
-            code = _UNAVAILABLE_CODES.get(error.code())
-            if code is None:
-                raise
-            raise CapabilityUnavailable(code, f"retrieval: {error.details()}") from error
-        return [
-            Evidence(
-                chunk_id=result.chunk_id,
-                document_id=result.document_id,
-                file_name=result.file_name,
-                knowledge_base_id=result.knowledge_base_id,
-                text=result.text,
-            )
-            for result in response.results
-        ]
+            response = await self._retrieval.search(query, knowledge_base_ids, top_k=self._top_k)
+        except (Unimplemented, Unavailable, DeadlineExceeded) as error:
+            code = UNAVAILABLE_CODES[type(error)]
+            raise CapabilityUnavailable(code, f"retrieval: {error.user_message}") from error
+        return response.results

@@ -1,16 +1,22 @@
 """One chat turn, from request to its final event.
 
 The conversation graph (query understanding, ReAct deep reading, generation) is a capability
-of its own; until it lands, a turn gathers evidence from retrieval and then ends with an error
-event saying which capability is missing. Every turn ends with exactly one final event.
+of its own; until it lands, a turn gathers evidence from retrieval (when the turn names knowledge
+bases) and then ends with an error event saying which capability is missing. Every turn ends with
+exactly one final event, whatever fails on the way: a peer that cannot serve gives its own code, any
+other failure the generic :data:`TURN_FAILED`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
+import structlog
+
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
+
+log = structlog.get_logger(__name__)
 
 
 class CapabilityUnavailable(Exception):
@@ -22,22 +28,17 @@ class CapabilityUnavailable(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Evidence:
-    chunk_id: str
-    document_id: str
-    file_name: str
-    knowledge_base_id: str
-    text: str
-
-
-Search = Callable[[str, Sequence[str]], Awaitable[list[Evidence]]]
+Search = Callable[[str, Sequence[str]], Awaitable[Sequence[rpb.SearchResult]]]
+"""Ranked passages for a question from the given knowledge bases (retrieval's results)."""
 Publish = Callable[[ChatTurnEvent], Awaitable[None]]
 
+ANSWER_GENERATION_UNAVAILABLE = "answer_generation_unavailable"
 ANSWER_GENERATION_PENDING = (
     "answer generation (the conversation graph) is not available yet; "
     "retrieval returned {count} passage(s) for this question"
 )
+TURN_FAILED = "turn_failed"
+TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
 
 class TurnRunner:
@@ -48,22 +49,32 @@ class TurnRunner:
         self._publish = publish
 
     async def run(self, request: ChatRequested) -> ChatTurnEvent:
+        """Publishes the turn's events and returns its final one."""
         sequence = 0
 
-        async def emit(kind: TurnEventKind, **fields: object) -> ChatTurnEvent:
+        async def emit(kind: TurnEventKind, **fields: str) -> ChatTurnEvent:
             nonlocal sequence
             event = ChatTurnEvent(turn_id=request.turn_id, sequence=sequence, kind=kind, **fields)  # type: ignore[arg-type]
-            sequence += 1
             await self._publish(event)
+            sequence += 1  # only once delivered: the reader's sequence check stays meaningful
             return event
 
-        await emit(TurnEventKind.STARTED)
         try:
-            evidence = await self._search(request.message, request.knowledge_base_ids)
+            await emit(TurnEventKind.STARTED)
+            evidence = await self._gather(request)
         except CapabilityUnavailable as error:
             return await emit(TurnEventKind.ERROR, error_code=error.code, error_message=error.message)
+        except Exception:
+            log.exception("turn failed", turn_id=request.turn_id)
+            return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
         return await emit(
             TurnEventKind.ERROR,
-            error_code="answer_generation_unavailable",
+            error_code=ANSWER_GENERATION_UNAVAILABLE,
             error_message=ANSWER_GENERATION_PENDING.format(count=len(evidence)),
         )
+
+    async def _gather(self, request: ChatRequested) -> Sequence[rpb.SearchResult]:
+        # A turn without knowledge bases has nothing to search (retrieval refuses an empty list).
+        if not request.knowledge_base_ids:
+            return ()
+        return await self._search(request.message, request.knowledge_base_ids)

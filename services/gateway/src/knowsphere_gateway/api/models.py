@@ -1,233 +1,137 @@
-"""Model registry endpoints (``/api/v1/models``, ``/api/v1/providers``), backed by modelhub over gRPC.
+"""Model registry endpoints (``/api/v1/models``, ``/api/v1/providers``), backed by modelhub.
 
-API keys are write-only: they can be given on create and update and are never returned; records
-carry ``api_key_hint`` (e.g. ``sk-…a1b2``).
+Responses are modelhub's messages as JSON (``protojson``). API keys are write-only: they can be given
+on create and update and are never returned (the response messages have no key, only
+``api_key_hint``, e.g. ``sk-…a1b2``).
 """
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any
 
-import grpc
-from fastapi import APIRouter, Depends, Header, Query, Response
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.struct_pb2 import Struct
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_gateway.api.errors import service_error
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
+from knowsphere_clients import ModelHubClient
+from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.protojson import from_json, json_model, to_json
 
-T = TypeVar("T")
-TypeName = Literal["embedding", "rerank", "knowledge_qa", "vlm", "asr"]
+ModelJson = json_model(pb.Model.DESCRIPTOR)
+ModelListJson = json_model(pb.ListModelsResponse.DESCRIPTOR)
+DefaultJson = json_model(pb.ResolvedDefault.DESCRIPTOR)
+ProviderListJson = json_model(pb.ListProvidersResponse.DESCRIPTOR)
+UsageListJson = json_model(pb.ListModelUsagesResponse.DESCRIPTOR)
+
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+
+# The request bodies below are hand-written: they check what modelhub does not (name lengths, at least
+# one type, parameter ranges). Their keys are the request messages' field names, so ``from_json`` turns
+# them into those messages.
 
 
-def _type_value(name: str) -> int:
-    return int(pb.ModelType.Value(f"MODEL_TYPE_{name.upper()}"))
-
-
-def _type_name(value: int) -> str:
-    return pb.ModelType.Name(value).removeprefix("MODEL_TYPE_").lower()  # type: ignore[arg-type]
-
-
-class ModelParameters(BaseModel):
+class ModelParametersBody(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     context_window: int | None = Field(default=None, ge=1)
     embedding_dimension: int | None = Field(default=None, ge=1, le=8192)
-    extra: dict[str, Any] = Field(default_factory=dict, description="provider-specific request parameters")
-
-    def to_proto(self) -> pb.ModelParameters:
-        message = pb.ModelParameters()
-        for name in ("temperature", "max_tokens", "context_window", "embedding_dimension"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(message, name, value)
-        if self.extra:
-            extra = Struct()
-            extra.update(self.extra)
-            message.extra.CopyFrom(extra)
-        return message
+    extra: dict[str, Any] | None = Field(default=None, description="provider-specific request parameters")
 
 
 class ModelCreate(BaseModel):
     display_name: str = Field(min_length=1, max_length=200)
     provider_id: str = Field(min_length=1, description="an id from GET /api/v1/providers")
     model_name: str = Field(min_length=1, max_length=300)
-    types: list[TypeName] = Field(min_length=1)
+    types: list[ModelType] = Field(min_length=1)
     base_url: str = ""
-    parameters: ModelParameters = Field(default_factory=ModelParameters)
+    parameters: ModelParametersBody | None = None
     api_key: str | None = Field(default=None, description="stored encrypted; never returned")
     description: str = ""
 
 
 class ModelUpdate(BaseModel):
+    """Only the fields given change; ``parameters`` and ``types`` replace the whole set."""
+
     display_name: str | None = Field(default=None, min_length=1, max_length=200)
     model_name: str | None = None
-    types: list[TypeName] | None = None
+    types: list[ModelType] | None = Field(default=None, min_length=1)
     base_url: str | None = None
-    parameters: ModelParameters | None = None
-    api_key: str | None = None
+    parameters: ModelParametersBody | None = None
+    api_key: str | None = Field(default=None, description='"" removes the stored key')
     description: str | None = None
-
-
-class ModelView(BaseModel):
-    id: str
-    display_name: str
-    provider_id: str
-    model_name: str
-    types: list[str]
-    base_url: str
-    parameters: dict[str, Any]
-    api_key_hint: str
-    builtin: bool
-    default_for: list[str]
-    description: str
-    create_time: str | None = None
-    update_time: str | None = None
-
-
-class DefaultView(BaseModel):
-    type: str
-    source: str = Field(description="tenant, environment, builtin or none")
-    model: ModelView | None
 
 
 class DefaultUpdate(BaseModel):
     model_id: str = Field(min_length=1)
 
 
-def _model_view(model: pb.Model) -> ModelView:
-    return ModelView(
-        id=model.id,
-        display_name=model.display_name,
-        provider_id=model.provider_id,
-        model_name=model.model_name,
-        types=[_type_name(t) for t in model.types],
-        base_url=model.base_url,
-        parameters=MessageToDict(model.parameters, preserving_proto_field_name=True),
-        api_key_hint=model.api_key_hint,
-        builtin=model.builtin,
-        default_for=[_type_name(t) for t in model.default_for],
-        description=model.description,
-        create_time=model.create_time.ToJsonString() if model.HasField("create_time") else None,
-        update_time=model.update_time.ToJsonString() if model.HasField("update_time") else None,
-    )
-
-
-def _default_view(resolved: pb.ResolvedDefault) -> DefaultView:
-    return DefaultView(
-        type=_type_name(resolved.type),
-        source=pb.DefaultModelSource.Name(resolved.source).removeprefix("DEFAULT_MODEL_SOURCE_").lower(),
-        model=_model_view(resolved.model) if resolved.HasField("model") else None,
-    )
-
-
-def build_models_router(modelhub: Callable[[], Any], caller: Callable[..., Identity]) -> APIRouter:
-    """``modelhub()`` returns the ModelHubService stub; ``caller`` is the identity dependency."""
+def build_models_router(modelhub: ModelHubClient, caller: Callable[..., Caller]) -> APIRouter:
+    """``caller`` is the dependency giving each route its :class:`Caller`."""
     router = APIRouter(prefix="/api/v1", tags=["models"])
+    Who = Annotated[Caller, Depends(caller)]
 
-    async def call(identity: Identity, language: str | None, rpc: Callable[[Any], Awaitable[T]]) -> T:
-        metadata = (("accept-language", language),) if language else ()
-        with bound_identity(identity):
-            try:
-                return await rpc(metadata)
-            except grpc.aio.AioRpcError as error:
-                raise service_error(error) from error
-
-    Caller = Annotated[Identity, Depends(caller)]
-    Language = Annotated[str | None, Header(alias="accept-language")]
-
-    @router.get("/providers")
-    async def list_providers(identity: Caller, language: Language = None) -> dict[str, Any]:
+    @router.get("/providers", response_model=ProviderListJson)
+    async def list_providers(who: Who) -> dict[str, Any]:
         """The providers modelhub can talk to, with their default base URLs and capabilities."""
-        response = await call(
-            identity, language, lambda md: modelhub().ListProviders(pb.ListProvidersRequest(), metadata=md)
-        )
-        return MessageToDict(response, preserving_proto_field_name=True)
+        with who.bound():
+            return to_json(await modelhub.list_providers())
 
-    @router.get("/models")
+    @router.get("/models", response_model=ModelListJson)
     async def list_models(
-        identity: Caller,
-        language: Language = None,
-        type: TypeName | None = None,
+        who: Who,
+        type: ModelType | None = None,
         provider_id: str | None = None,
-        page_size: Annotated[int, Query(ge=0, le=200)] = 50,
+        page_size: Annotated[int, Query(ge=0, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
         page_token: str = "",
     ) -> dict[str, Any]:
-        request = pb.ListModelsRequest(
-            type=_type_value(type) if type else 0,  # type: ignore[arg-type]
-            provider_id=provider_id or "",
-            page_size=page_size,
-            page_token=page_token,
+        request = from_json(
+            pb.ListModelsRequest,
+            {"type": type, "provider_id": provider_id, "page_size": page_size, "page_token": page_token},
         )
-        response = await call(identity, language, lambda md: modelhub().ListModels(request, metadata=md))
-        return {
-            "models": [_model_view(m).model_dump() for m in response.models],
-            "next_page_token": response.next_page_token,
-        }
+        with who.bound():
+            return to_json(await modelhub.list_models(request))
 
-    @router.post("/models", status_code=201)
-    async def create_model(body: ModelCreate, identity: Caller, language: Language = None) -> ModelView:
-        request = pb.CreateModelRequest(
-            display_name=body.display_name,
-            provider_id=body.provider_id,
-            model_name=body.model_name,
-            types=[_type_value(t) for t in body.types],  # type: ignore[misc]
-            base_url=body.base_url,
-            parameters=body.parameters.to_proto(),
-            api_key=body.api_key or "",
-            description=body.description,
-        )
-        response = await call(identity, language, lambda md: modelhub().CreateModel(request, metadata=md))
-        return _model_view(response.model)
+    @router.post("/models", status_code=201, response_model=ModelJson)
+    async def create_model(body: ModelCreate, who: Who) -> dict[str, Any]:
+        request = from_json(pb.CreateModelRequest, body)
+        with who.bound():
+            return to_json(await modelhub.create_model(request))
 
-    @router.get("/models/defaults/{type}")
-    async def get_default(type: TypeName, identity: Caller, language: Language = None) -> DefaultView:
-        request = pb.GetDefaultModelRequest(type=_type_value(type))  # type: ignore[arg-type]
-        response = await call(identity, language, lambda md: modelhub().GetDefaultModel(request, metadata=md))
-        return _default_view(response.default_model)
+    @router.get("/models/defaults/{type}", response_model=DefaultJson)
+    async def get_default(type: ModelType, who: Who) -> dict[str, Any]:
+        with who.bound():
+            return to_json(await modelhub.get_default_model(type))
 
-    @router.put("/models/defaults/{type}")
-    async def set_default(
-        type: TypeName, body: DefaultUpdate, identity: Caller, language: Language = None
-    ) -> DefaultView:
-        request = pb.SetDefaultModelRequest(type=_type_value(type), model_id=body.model_id)  # type: ignore[arg-type]
-        response = await call(identity, language, lambda md: modelhub().SetDefaultModel(request, metadata=md))
-        return _default_view(response.default_model)
+    @router.put("/models/defaults/{type}", response_model=DefaultJson)
+    async def set_default(type: ModelType, body: DefaultUpdate, who: Who) -> dict[str, Any]:
+        with who.bound():
+            return to_json(await modelhub.set_default_model(type, body.model_id))
 
-    @router.get("/models/{model_id}")
-    async def get_model(model_id: str, identity: Caller, language: Language = None) -> ModelView:
-        request = pb.GetModelRequest(model_id=model_id)
-        response = await call(identity, language, lambda md: modelhub().GetModel(request, metadata=md))
-        return _model_view(response.model)
+    @router.get("/models/{model_id}", response_model=ModelJson)
+    async def get_model(model_id: str, who: Who) -> dict[str, Any]:
+        with who.bound():
+            return to_json(await modelhub.get_model(model_id))
 
-    @router.patch("/models/{model_id}")
-    async def update_model(
-        model_id: str, body: ModelUpdate, identity: Caller, language: Language = None
-    ) -> ModelView:
-        request = pb.UpdateModelRequest(model_id=model_id)
-        for name in ("display_name", "model_name", "base_url", "api_key", "description"):
-            value = getattr(body, name)
-            if value is not None:
-                setattr(request, name, value)
-        if body.types is not None:
-            request.types.types.extend([_type_value(t) for t in body.types])  # type: ignore[misc]
-        if body.parameters is not None:
-            request.parameters.CopyFrom(body.parameters.to_proto())
-        response = await call(identity, language, lambda md: modelhub().UpdateModel(request, metadata=md))
-        return _model_view(response.model)
+    @router.patch("/models/{model_id}", response_model=ModelJson)
+    async def update_model(model_id: str, body: ModelUpdate, who: Who) -> dict[str, Any]:
+        changes = body.model_dump(exclude_unset=True)
+        if changes.get("types") is not None:
+            changes["types"] = {"types": changes["types"]}  # a message, so that "not given" and [] differ
+        request = from_json(pb.UpdateModelRequest, {**changes, "model_id": model_id})
+        with who.bound():
+            return to_json(await modelhub.update_model(request))
 
     @router.delete("/models/{model_id}", status_code=204)
-    async def delete_model(model_id: str, identity: Caller, language: Language = None) -> Response:
-        request = pb.DeleteModelRequest(model_id=model_id)
-        await call(identity, language, lambda md: modelhub().DeleteModel(request, metadata=md))
+    async def delete_model(model_id: str, who: Who) -> Response:
+        with who.bound():
+            await modelhub.delete_model(model_id)
         return Response(status_code=204)
 
-    @router.get("/models/{model_id}/usages")
-    async def list_usages(model_id: str, identity: Caller, language: Language = None) -> dict[str, Any]:
-        request = pb.ListModelUsagesRequest(model_id=model_id)
-        response = await call(identity, language, lambda md: modelhub().ListModelUsages(request, metadata=md))
-        return MessageToDict(response, preserving_proto_field_name=True)
+    @router.get("/models/{model_id}/usages", response_model=UsageListJson)
+    async def list_usages(model_id: str, who: Who) -> dict[str, Any]:
+        with who.bound():
+            return to_json(await modelhub.list_model_usages(model_id))
 
     return router
 

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from knowsphere_gateway.api.errors import ServiceError
+from knowsphere_gateway.api.errors import HttpError
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -64,14 +64,11 @@ class SpooledUpload:
     metadata: dict[str, str]
 
 
-def _error(status_code: int, code: str, message: str, field: str | None = None) -> ServiceError:
-    body: dict[str, object] = {"code": code, "message": message}
-    if field:
-        body["field"] = field
-    return ServiceError(status_code, body)
+def _error(status_code: int, code: str, message: str, field: str | None = None) -> HttpError:
+    return HttpError(status_code, code, message, field)
 
 
-def _too_large(max_file_bytes: int) -> ServiceError:
+def _too_large(max_file_bytes: int) -> HttpError:
     return _error(413, "payload_too_large", f"file: over the limit of {max_file_bytes} bytes", "file")
 
 
@@ -231,7 +228,7 @@ class SpooledFile:
     file: IO[bytes] | None = None
     size: int = 0
     sha256: str = ""
-    refusal: ServiceError | None = None
+    refusal: HttpError | None = None
 
 
 @dataclass
@@ -357,7 +354,7 @@ async def spool_upload(
     content_type: str | None, body: AsyncIterable[bytes], max_file_bytes: int
 ) -> SpooledUpload:
     """Parses the multipart ``body`` as it arrives, spooling the ``file`` part; the caller closes
-    ``SpooledUpload.file``. On error the file is closed and a ``ServiceError`` raised (415 not
+    ``SpooledUpload.file``. On error the file is closed and an ``HttpError`` raised (415 not
     multipart, 413 file over ``max_file_bytes``, 400 anything else)."""
     spooler = _Spooler(max_file_bytes, 1, "file: only one file per upload", refuse_file_alone=False)
     spooled = await _spool(content_type, body, spooler)
@@ -378,7 +375,7 @@ async def spool_uploads(
 ) -> SpooledFiles:
     """Parses the multipart ``body`` as it arrives, spooling each of its ``file`` parts; the caller
     closes the result. A file over ``max_file_bytes`` is refused on its own (``SpooledFile.refusal``,
-    a 413 body) and the others go on. On error every file is closed and a ``ServiceError`` raised
+    a 413 body) and the others go on. On error every file is closed and an ``HttpError`` raised
     (415 not multipart, 400 more than ``max_files`` files, no file, bad metadata or a malformed
     body)."""
     too_many = f"file: more than {max_files} files in one upload (max_files_per_upload is {max_files})"

@@ -1,26 +1,35 @@
 """Retrieval testing: search a knowledge base and see each result's score parts.
 
 ``POST /api/v1/knowledge-bases/{kb_id}/search`` is the page where a team checks what a knowledge
-base returns for a question before chatting with it.
+base returns for a question before chatting with it. The answer is retrieval's ``SearchResponse`` as
+JSON (``protojson``): the results with their score parts and what the search did (``stats``).
 """
 
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-import grpc
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
-from knowsphere_gateway.api.errors import service_error
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_clients import RetrievalClient
+from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.protojson import from_json, json_model, to_json
 
-MODES = {"hybrid": pb.SEARCH_MODE_HYBRID, "vector": pb.SEARCH_MODE_VECTOR, "bm25": pb.SEARCH_MODE_BM25}
+SearchJson = json_model(pb.SearchResponse.DESCRIPTOR)
+
+MAX_QUERY_CHARS = 4000
+MAX_TOP_K = 100
 
 
 class SearchBody(BaseModel):
-    query: str = Field(min_length=1, max_length=4000)
-    top_k: int = Field(default=0, ge=0, le=100, description="0 = server default")
+    """A search with the overrides the testing page offers. Hand-written rather than generated from
+    ``SearchRequest``: it is flat (the options beside the query), names two options the way the page
+    does (``rerank``, ``expansion``), and checks ranges retrieval does not refuse but clamps or ignores
+    (query length, ``top_k``, weights, ``mmr_lambda``)."""
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    top_k: int = Field(default=0, ge=0, le=MAX_TOP_K, description="0 = server default")
     mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
     document_ids: list[str] = Field(default_factory=list)
     rrf_k: int | None = Field(default=None, ge=1)
@@ -30,117 +39,34 @@ class SearchBody(BaseModel):
     mmr_lambda: float | None = Field(default=None, ge=0, le=1)
     expansion: bool | None = None
 
-
-class ScorePartsView(BaseModel):
-    vector: float | None
-    bm25: float | None
-    rrf: float
-    rerank: float | None
-    vector_rank: int | None
-    bm25_rank: int | None
-
-
-class SearchResultView(BaseModel):
-    handle: str
-    chunk_id: str
-    document_id: str
-    file_name: str
-    knowledge_base_id: str
-    score: float
-    scores: ScorePartsView
-    text: str
-    parent_id: str
-    parent_text: str
-    position: int
-    heading_path: list[str]
-    page: int
-
-
-class SearchView(BaseModel):
-    results: list[SearchResultView]
-    stats: dict[str, Any]
-
-
-def _opt(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
-
-
-def build_search_router(retrieval: Callable[[], Any], caller: Callable[..., Identity]) -> APIRouter:
-    router = APIRouter(prefix="/api/v1", tags=["retrieval"])
-
-    @router.post("/knowledge-bases/{kb_id}/search")
-    async def search(
-        kb_id: str,
-        body: SearchBody,
-        identity: Annotated[Identity, Depends(caller)],
-        language: Annotated[str | None, Header(alias="accept-language")] = None,
-    ) -> SearchView:
-        """Ranked results with their score parts (vector, BM25, RRF, rerank) for one knowledge base."""
-        options = pb.SearchOptions(mode=MODES[body.mode])  # type: ignore[arg-type]
-        for name, value in (
-            ("rrf_k", body.rrf_k),
-            ("vector_weight", body.vector_weight),
-            ("bm25_weight", body.bm25_weight),
-            ("rerank_enabled", body.rerank),
-            ("mmr_lambda", body.mmr_lambda),
-            ("expansion_enabled", body.expansion),
-        ):
-            if value is not None:
-                setattr(options, name, value)
-        request = pb.SearchRequest(
-            query=body.query,
-            knowledge_base_ids=[kb_id],
-            top_k=body.top_k,
-            document_ids=body.document_ids,
-            options=options,
-        )
-        metadata = (("accept-language", language),) if language else ()
-        with bound_identity(identity):
-            try:
-                response = await retrieval().Search(request, metadata=metadata)
-            except grpc.aio.AioRpcError as error:
-                raise service_error(error) from error
-        stats = response.stats
-        return SearchView(
-            results=[
-                SearchResultView(
-                    handle=r.handle,
-                    chunk_id=r.chunk_id,
-                    document_id=r.document_id,
-                    file_name=r.file_name,
-                    knowledge_base_id=r.knowledge_base_id,
-                    score=r.score,
-                    scores=ScorePartsView(
-                        vector=_opt(r.scores, "vector"),
-                        bm25=_opt(r.scores, "bm25"),
-                        rrf=r.scores.rrf,
-                        rerank=_opt(r.scores, "rerank"),
-                        vector_rank=_opt(r.scores, "vector_rank"),
-                        bm25_rank=_opt(r.scores, "bm25_rank"),
-                    ),
-                    text=r.text,
-                    parent_id=r.parent_id,
-                    parent_text=r.parent_text,
-                    position=r.position,
-                    heading_path=list(r.heading_path),
-                    page=r.page,
-                )
-                for r in response.results
-            ],
-            stats={
-                "vector_hits": stats.vector_hit_count,
-                "bm25_hits": stats.bm25_hit_count,
-                "expanded": stats.expanded,
-                "expansion_queries": list(stats.expansion_queries),
-                "reranked": stats.reranked,
-                "rerank_skipped_reason": stats.rerank_skipped_reason,
-                "mmr_applied": stats.mmr_applied,
-                "vector_weight_used": stats.vector_weight_used,
-                "bm25_weight_used": stats.bm25_weight_used,
-                "embed_ms": stats.embed_duration.ToMilliseconds(),
-                "total_ms": stats.total_duration.ToMilliseconds(),
-                "unknown_knowledge_base_ids": list(stats.unknown_knowledge_base_ids),
+    def options(self) -> pb.SearchOptions:
+        return from_json(
+            pb.SearchOptions,
+            {
+                "mode": self.mode,
+                "rrf_k": self.rrf_k,
+                "vector_weight": self.vector_weight,
+                "bm25_weight": self.bm25_weight,
+                "rerank_enabled": self.rerank,
+                "mmr_lambda": self.mmr_lambda,
+                "expansion_enabled": self.expansion,
             },
         )
 
+
+def build_search_router(retrieval: RetrievalClient, caller: Callable[..., Caller]) -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["retrieval"])
+
+    @router.post("/knowledge-bases/{kb_id}/search", response_model=SearchJson)
+    async def search(kb_id: str, body: SearchBody, who: Annotated[Caller, Depends(caller)]) -> dict[str, Any]:
+        """Ranked results with their score parts (vector, BM25, RRF, rerank) for one knowledge base."""
+        with who.bound():
+            response = await retrieval.search(
+                body.query, [kb_id], top_k=body.top_k, document_ids=body.document_ids, options=body.options()
+            )
+        return to_json(response)
+
     return router
+
+
+__all__ = ["SearchBody", "SearchJson", "build_search_router"]

@@ -1,0 +1,60 @@
+"""The gateway on the NATS bus: it publishes chat requests and reads every turn's events.
+
+One typed subscriber takes the events of all turns (``ks.chat.events.v1.>``) and hands them to the
+chat requests open in this process through a :class:`~knowsphere_runtime.bus.Fanout` found in
+FastStream's context under :data:`CHAT_EVENTS`; each request watches its own turn id there instead of
+opening a subscription of its own. Every gateway instance reads every event (no queue group): the one
+that holds the turn's request streams it. ``make asyncapi`` documents these from :func:`build_bus`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from faststream import Context
+from faststream.nats import NatsRouter
+from faststream.nats.publisher.usecase import LogicPublisher
+
+from knowsphere_contracts.events import ChatRequested, ChatTurnEvent
+from knowsphere_runtime.bus import Fanout
+
+CHAT_EVENTS = "chat_events"
+"""Context name of the gateway's ``Fanout[ChatTurnEvent]``."""
+
+TURN_EVENTS = ChatTurnEvent.subject + ".>"
+
+ChatEvents = Annotated[Fanout[ChatTurnEvent], Context(CHAT_EVENTS)]
+
+
+@dataclass(frozen=True)
+class GatewayBus:
+    router: NatsRouter
+    chat_requests: LogicPublisher
+    """Publishes a ``ChatRequested`` for the conversation service's queue group."""
+
+    async def request_turn(self, request: ChatRequested) -> None:
+        await self.chat_requests.publish(request.model_dump(mode="json"))
+
+
+def build_bus() -> GatewayBus:
+    router = NatsRouter()
+    chat_requests = router.publisher(
+        ChatRequested.subject,
+        schema=ChatRequested,
+        title="gateway:chat-request",
+        description="A user's question from POST /api/v1/chat/turns; one conversation instance takes it.",
+    )
+
+    @router.subscriber(
+        TURN_EVENTS,
+        title="gateway:turn-events",
+        description="Feeds the chat requests of this gateway, each streaming its own turn as SSE.",
+    )
+    async def on_turn_event(event: ChatTurnEvent, events: ChatEvents) -> None:
+        events.publish(event)
+
+    return GatewayBus(router, chat_requests)
+
+
+__all__ = ["CHAT_EVENTS", "TURN_EVENTS", "GatewayBus", "build_bus"]

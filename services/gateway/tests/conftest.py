@@ -1,0 +1,102 @@
+"""Fixtures of the gateway's tests: fake peer services on real gRPC servers (loopback), reached through the
+real clients, and the gateway's app over them, driven through its ASGI interface."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient
+from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_gateway.api.bus import build_bus
+from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
+
+DEFAULT_IDENTITY = Identity("t1", "u1")
+
+Serve = Callable[[str, object], Awaitable[grpc.aio.Channel]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """``await serve(service, servicer)``: a channel to ``servicer`` answering as ``service`` (methods it
+    lacks answer UNIMPLEMENTED)."""
+    servers: list[GrpcServer] = []
+    channels: list[grpc.aio.Channel] = []
+
+    async def start(service: str, servicer: object) -> grpc.aio.Channel:
+        server = GrpcServer(
+            name="test",
+            bind="127.0.0.1:0",
+            bindings=[bind_service(CONTRACTS[service].descriptor, servicer, pending="the test's fake")],
+            grace=0.5,
+        )
+        await server.start()
+        servers.append(server)
+        channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS[service].descriptor])
+        channels.append(channel)
+        return channel
+
+    yield start
+    for channel in channels:
+        await channel.close()
+    for server in servers:
+        await server.stop(0)
+
+
+class Nothing:
+    """A fake peer that implements nothing."""
+
+
+GatewayApp = Callable[..., Awaitable[FastAPI]]
+
+
+@pytest.fixture
+async def gateway(serve: Serve) -> GatewayApp:
+    """``await gateway(ingestion=…, retrieval=…, modelhub=…, **context)``: the gateway's app over fake
+    peers (servicer objects); ``context`` overrides fields of its ``GatewayContext``."""
+
+    async def build(
+        ingestion: object | None = None,
+        retrieval: object | None = None,
+        modelhub: object | None = None,
+        **context: Any,
+    ) -> FastAPI:
+        fields: dict[str, Any] = {
+            "bus": build_bus(),
+            "chat_events": Fanout[ChatTurnEvent](),
+            "health_probes": {},
+            "bus_connected": _connected,
+            "chat_turn_timeout": 5.0,
+            "default_identity": DEFAULT_IDENTITY,
+            "trust_identity_headers": False,
+            "ingestion": IngestionClient(await serve("ingestion", ingestion or Nothing())),
+            "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),
+            "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),
+        }
+        fields.update(context)
+        return create_app(GatewayContext(**fields))
+
+    return build
+
+
+async def _connected() -> bool:
+    return True
+
+
+def http(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+
+
+@pytest.fixture
+def client() -> Callable[[FastAPI], httpx.AsyncClient]:
+    """``async with client(app) as http:`` an HTTP client of ``app`` (its answers buffered whole)."""
+    return http

@@ -1,0 +1,143 @@
+"""Chat turns through the gateway (``POST /api/v1/chat/turns``) on FastStream's in-memory NATS broker,
+with a stand-in for the conversation service that answers each request with scripted events.
+
+What a caller notices: the turn's events stream back in order and the stream ends at the final event;
+a turn nobody answers ends with a ``turn_timeout`` error event; two turns at once each see only their
+own events; the caller's identity travels with the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from faststream.nats import NatsBroker, TestNatsBroker
+
+from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
+from knowsphere_gateway.api.bus import CHAT_EVENTS, GatewayBus, build_bus
+from knowsphere_runtime.bus import Fanout, build_broker
+from knowsphere_runtime.identity import require_identity
+
+Script = Callable[[ChatRequested], list[ChatTurnEvent]]
+
+
+def answer_with(*kinds: TurnEventKind) -> Script:
+    """Events of the given kinds for the request's turn, numbered from 0; the text says whose turn."""
+
+    def script(request: ChatRequested) -> list[ChatTurnEvent]:
+        return [
+            ChatTurnEvent(turn_id=request.turn_id, sequence=n, kind=kind, text=request.message)
+            for n, kind in enumerate(kinds)
+        ]
+
+    return script
+
+
+@asynccontextmanager
+async def bus_with_conversation(
+    script: Script | None,
+) -> AsyncIterator[tuple[GatewayBus, Fanout[ChatTurnEvent], list[str]]]:
+    """The gateway's bus on a test broker, with a conversation stand-in running ``script`` (None: nobody
+    answers); yields the bus, its fan-out and the tenants the stand-in saw."""
+    broker: NatsBroker = build_broker("nats://unused:4222", client_name="test")
+    bus = build_bus()
+    broker.include_router(bus.router)
+    events: Fanout[ChatTurnEvent] = Fanout()
+    broker.context.set_global(CHAT_EVENTS, events)
+    tenants: list[str] = []
+    if script is not None:
+
+        @broker.subscriber(ChatRequested.subject)
+        async def conversation(request: ChatRequested) -> None:
+            tenants.append(require_identity().tenant_id)
+            for event in script(request):
+                await broker.publish(
+                    event.model_dump(mode="json"), subject=ChatTurnEvent.subject_for(event.turn_id)
+                )
+
+    async with TestNatsBroker(broker):
+        yield bus, events, tenants
+
+
+def sse_events(text: str) -> list[tuple[str, str, dict[str, Any]]]:
+    found = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        found.append((fields["event"], fields.get("id", ""), json.loads(fields["data"])))
+    return found
+
+
+async def test_the_turns_events_stream_back_and_the_stream_ends_at_the_final_event(
+    gateway: Any, client: Any
+) -> None:
+    script = answer_with(
+        TurnEventKind.STARTED, TurnEventKind.TEXT_DELTA, TurnEventKind.COMPLETED, TurnEventKind.TEXT_DELTA
+    )
+    async with bus_with_conversation(script) as (bus, events, tenants):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "How long is leave?"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    streamed = sse_events(response.text)
+    assert [(kind, sequence) for kind, sequence, _ in streamed] == [
+        ("started", "0"),
+        ("text_delta", "1"),
+        ("completed", "2"),  # nothing after the final event
+    ]
+    assert {data["text"] for _, _, data in streamed} == {"How long is leave?"}
+    assert len({data["turn_id"] for _, _, data in streamed}) == 1
+    assert tenants == ["t1"]  # the caller's identity travelled with the request
+    assert events.watchers == 0  # the request stopped watching
+
+
+async def test_a_turn_nobody_answers_ends_with_a_turn_timeout_error_event(gateway: Any, client: Any) -> None:
+    async with bus_with_conversation(None) as (bus, events, _):
+        app = await gateway(bus=bus, chat_events=events, chat_turn_timeout=0.2)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "anyone?"})
+    [(kind, sequence, data)] = sse_events(response.text)
+    assert (kind, sequence) == ("error", "0")
+    assert data["error_code"] == "turn_timeout" and "0 s" in data["error_message"]
+    assert events.watchers == 0
+
+
+async def test_a_silence_after_some_events_ends_with_a_timeout_numbered_after_them(
+    gateway: Any, client: Any
+) -> None:
+    async with bus_with_conversation(answer_with(TurnEventKind.STARTED)) as (bus, events, _):
+        app = await gateway(bus=bus, chat_events=events, chat_turn_timeout=0.2)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "and then?"})
+    assert [(kind, sequence) for kind, sequence, _ in sse_events(response.text)] == [
+        ("started", "0"),
+        ("error", "1"),
+    ]
+
+
+async def test_two_turns_at_once_each_see_only_their_own_events(gateway: Any, client: Any) -> None:
+    script = answer_with(TurnEventKind.STARTED, TurnEventKind.ERROR)
+    async with bus_with_conversation(script) as (bus, events, _):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            first, second = await asyncio.gather(
+                http.post("/api/v1/chat/turns", json={"message": "first"}),
+                http.post("/api/v1/chat/turns", json={"message": "second"}),
+            )
+    for response, message in ((first, "first"), (second, "second")):
+        streamed = sse_events(response.text)
+        assert [kind for kind, _, _ in streamed] == ["started", "error"]
+        assert {data["text"] for _, _, data in streamed} == {message}
+
+
+async def test_an_empty_message_is_refused_before_anything_is_published(gateway: Any, client: Any) -> None:
+    async with bus_with_conversation(answer_with(TurnEventKind.STARTED)) as (bus, events, tenants):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": ""})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][-1] == "message"
+    assert tenants == []
