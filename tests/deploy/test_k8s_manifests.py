@@ -51,7 +51,7 @@ PEERS = {
     "ingestion": {"retrieval", "modelhub"},
     "retrieval": {"modelhub"},
 }
-NATS_CLIENTS = {"gateway", "conversation", "ingestion", "memory"}
+NATS_CLIENTS = {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
 CONFIG_MAP = "knowsphere-config"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
 

@@ -97,16 +97,24 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
     assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
         k: v for k, v in ingestion.items() if k != "OTEL_SERVICE_NAME"
     }
-    for name in ("memory", "conversation"):
+    for name in ("memory", "conversation", "modelhub", "retrieval"):
         assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
+    assert not any(k.endswith("_NATS_URL") for k in envs["toolrunner"])
     for name in ("modelhub", "retrieval", "toolrunner"):
-        assert not any(k.endswith("_NATS_URL") for k in envs[name])
         assert envs[name]["OTEL_SERVICE_NAME"] == name
     assert [k for k in envs["modelhub"] if k.endswith("_ADDR")] == []
     assert [k for k in envs["toolrunner"] if k.endswith("_ADDR")] == []
     assert {k: v for k, v in envs["retrieval"].items() if k.endswith("_ADDR")} == {
         "KS_RETRIEVAL_MODELHUB_ADDR": "127.0.0.1:7416"
     }
+
+
+def test_the_services_on_the_bus_start_after_nats(tmp_path: Path) -> None:
+    specs = build_components(StackConfig(data_dir=tmp_path, ingestion_worker=False))
+    on_bus = {spec.name for spec in specs if "nats" in spec.depends_on}
+    assert on_bus == {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
+    without_nats = build_components(StackConfig(data_dir=tmp_path, nats_enabled=False))
+    assert not any("nats" in spec.depends_on for spec in without_nats)
 
 
 def test_master_key_is_generated_once_private_and_reused(tmp_path: Path) -> None:
@@ -136,6 +144,8 @@ def test_the_ingestion_worker_runs_beside_ingestion_with_its_wiring(tmp_path: Pa
     assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     subset = _envs(StackConfig(data_dir=tmp_path, services=["retrieval"], nats_enabled=False))
     assert list(subset) == ["temporal", "retrieval"]
+    # Without NATS, a service whose bus is optional is not pointed at one that never starts.
+    assert "KS_RETRIEVAL_NATS_URL" not in subset["retrieval"]
 
 
 def test_a_misspelt_field_in_code_is_an_error(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_modelhub.adapters.local_embedding import (
     BUILTIN_MODELS,
     MINILM,
@@ -33,7 +34,7 @@ from knowsphere_modelhub.adapters.local_embedding import (
     LocalEmbeddingAdapter,
     default_threads,
 )
-from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams
+from knowsphere_modelhub.domain.records import CallTarget, ModelParams
 
 REPO = Path(__file__).resolve().parents[3]
 SCIFACT = REPO.parent / "shared" / "data" / "beir-scifact"
@@ -135,7 +136,7 @@ def _target(model: BuiltinModel) -> CallTarget:
         base_url="",
         api_key=None,
         parameters=ModelParams(embedding_dimension=model.dimension),
-        types=frozenset({EMBEDDING}),
+        types=frozenset({ModelType.EMBEDDING}),
     )
 
 

@@ -20,7 +20,7 @@ from knowsphere_contracts.services import CONTRACTS
 from knowsphere_modelhub.adapters.http import ProviderHttp
 from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
-from knowsphere_modelhub.api.grpc import ModelHubServicer, build_binding
+from knowsphere_modelhub.api.grpc import build_binding
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
@@ -58,8 +58,8 @@ async def hub(tmp_path, provider) -> AsyncIterator[tuple[object, ScriptedProvide
     registry = Registry(store, keyring, PROVIDERS, {})
     http = ProviderHttp.from_settings(settings)
     adapters = {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}
-    servicer = ModelHubServicer(registry, adapters, settings, NoopLlmObserver())
-    server = GrpcServer(name="modelhub", bind="127.0.0.1:0", bindings=[build_binding(servicer)], grace=1)
+    binding = build_binding(registry, adapters, settings, NoopLlmObserver())
+    server = GrpcServer(name="modelhub", bind="127.0.0.1:0", bindings=[binding], grace=1)
     await server.start()
     channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["modelhub"].descriptor])
     provider.reset()

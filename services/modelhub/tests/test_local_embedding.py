@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
 from knowsphere_modelhub.adapters.local_embedding import (
     BUILTIN_MODELS,
     MINILM,
@@ -21,7 +22,7 @@ from knowsphere_modelhub.adapters.local_embedding import (
     LocalEmbeddingAdapter,
 )
 from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams
+from knowsphere_modelhub.domain.records import CallTarget, ModelParams
 
 QUERY = pb.EMBED_INPUT_TYPE_QUERY
 DOCUMENT = pb.EMBED_INPUT_TYPE_DOCUMENT
@@ -44,7 +45,7 @@ def target(model: BuiltinModel) -> CallTarget:
         base_url="",
         api_key=None,
         parameters=ModelParams(embedding_dimension=model.dimension),
-        types=frozenset({EMBEDDING}),
+        types=frozenset({ModelType.EMBEDDING}),
     )
 
 
@@ -102,7 +103,7 @@ def test_builtin_models_are_described_for_the_registry() -> None:
 
     record = minilm.record(datetime.now(UTC))
     assert record.builtin and record.tenant_id == "" and record.provider_id == "local"
-    assert record.types == frozenset({EMBEDDING})
+    assert record.types == frozenset({ModelType.EMBEDDING})
     assert record.parameters.embedding_dimension == 384
     assert record.api_key_ciphertext is None
 
@@ -281,13 +282,13 @@ async def test_calls_other_than_embed_are_the_wrong_model_type(adapter: LocalEmb
     for attempt in attempts:
         with pytest.raises(ModelError) as caught:
             await attempt
-        assert caught.value.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+        assert caught.value.code == ModelErrorCode.WRONG_MODEL_TYPE
         assert MINILM.id in caught.value.user_message()
 
     with pytest.raises(ModelError) as caught:
         async for _ in adapter.chat_stream(call, pb.ChatStreamRequest()):
             pass
-    assert caught.value.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+    assert caught.value.code == ModelErrorCode.WRONG_MODEL_TYPE
     assert "knowledge_qa" in caught.value.user_message()
 
 
@@ -301,16 +302,16 @@ async def test_unknown_local_model_and_bad_input_type_are_clear_errors(
         base_url="",
         api_key=None,
         parameters=ModelParams(),
-        types=frozenset({EMBEDDING}),
+        types=frozenset({ModelType.EMBEDDING}),
     )
     with pytest.raises(ModelError) as caught:
         await adapter.embed(unknown, ["x"], DOCUMENT)
-    assert caught.value.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE
+    assert caught.value.code == ModelErrorCode.MODEL_UNAVAILABLE
     assert "all-MiniLM-L6-v2" in caught.value.detail  # names what is available
 
     with pytest.raises(ModelError) as caught:
         await adapter.embed(target(MINILM), ["x"], 99)
-    assert caught.value.code == pb.MODEL_ERROR_CODE_INVALID_INPUT
+    assert caught.value.code == ModelErrorCode.INVALID_INPUT
     assert caught.value.field == "input_type"
 
     assert (await adapter.embed(target(MINILM), [], DOCUMENT)).vectors == []

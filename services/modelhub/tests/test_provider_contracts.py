@@ -27,6 +27,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
 from knowsphere_modelhub.adapters.anthropic import AnthropicAdapter
 from knowsphere_modelhub.adapters.http import (
     RETRY_ATTEMPT,
@@ -41,13 +42,12 @@ from knowsphere_modelhub.domain.decide import decide, label_probabilities
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.providers import (
     BASE64_ONLY,
-    NO_IMAGES,
     PROVIDERS,
     URL_OR_DATA_URL,
     ProviderSpec,
     to_proto,
 )
-from knowsphere_modelhub.domain.records import KNOWLEDGE_QA, VLM, CallTarget, ModelParams
+from knowsphere_modelhub.domain.records import CallTarget, ModelParams
 
 # The repository runs pytest with --import-mode=importlib (no test folder on sys.path); the scripted
 # provider is a helper module beside this file.
@@ -138,7 +138,7 @@ def target_for(
         base_url=base_url if base_url is not None else provider.url + base_path(spec),
         api_key=api_key if spec.requires_api_key or api_key else None,
         parameters=parameters or ModelParams(),
-        types=frozenset({KNOWLEDGE_QA, VLM}),
+        types=frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM}),
     )
 
 
@@ -220,7 +220,7 @@ def test_to_proto_carries_the_capabilities() -> None:
     caps = proto.capabilities
     assert caps.logprobs and caps.json_schema_output and caps.openai_compatible and caps.requires_api_key
     assert caps.image_input == pb.IMAGE_INPUT_FORMAT_URL_OR_DATA_URL
-    assert set(caps.model_types) == set(PROVIDERS["openai"].model_types)
+    assert {ModelType.from_number(n) for n in caps.model_types} == set(PROVIDERS["openai"].model_types)
     anthropic = to_proto(PROVIDERS["anthropic"]).capabilities
     assert anthropic.cache_breakpoints and not anthropic.logprobs and not anthropic.openai_compatible
     assert anthropic.image_input == pb.IMAGE_INPUT_FORMAT_BASE64_ONLY
@@ -305,9 +305,9 @@ async def test_image_format_per_provider(
             ],
         )
     )
-    if spec.image_input == NO_IMAGES:
+    if spec.image_input is None:
         error = await raises_model_error(collect(openai_adapter.chat_stream(target, request)))
-        assert error.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+        assert error.code == ModelErrorCode.WRONG_MODEL_TYPE
         assert error.field == "messages[0].content[1]"
         assert provider.requests == []
         return
@@ -545,7 +545,7 @@ async def test_a_stream_that_stops_early_is_an_error(
         async for event in openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))):
             received.append(event)
     assert answer_text(received) == "Hel"
-    assert caught.value.code == pb.MODEL_ERROR_CODE_PROVIDER_ERROR
+    assert caught.value.code == ModelErrorCode.PROVIDER_ERROR
     assert caught.value.model_id == target.model_id
 
 
@@ -614,9 +614,7 @@ async def test_bad_tool_schema_names_the_field(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target_for(provider, "openai"), request))
     )
-    assert (
-        error.code == pb.MODEL_ERROR_CODE_INVALID_INPUT and error.field == "tools[0].parameters_json_schema"
-    )
+    assert error.code == ModelErrorCode.INVALID_INPUT and error.field == "tools[0].parameters_json_schema"
     assert provider.requests == []
 
 
@@ -631,7 +629,7 @@ async def test_401_is_authentication_failed_without_retry(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED
+    assert error.code == ModelErrorCode.AUTHENTICATION_FAILED
     assert "invalid_api_key" in error.detail  # raw body kept for logs
     message = error.user_message("en")
     assert "invalid_api_key" not in message and "sk-test" not in message and target.model_id in message
@@ -646,7 +644,7 @@ async def test_missing_key_fails_before_calling(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED
+    assert error.code == ModelErrorCode.AUTHENTICATION_FAILED
     assert provider.requests == []
 
 
@@ -680,7 +678,7 @@ async def test_429_insufficient_quota_is_quota_exhausted_without_retry(
 ) -> None:
     provider.script("/v1/embeddings", Reply.fixture("openai/error_429_insufficient_quota.json", status=429))
     error = await raises_model_error(openai_adapter.embed(target_for(provider, "openai"), ["a"], 0))
-    assert error.code == pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED
+    assert error.code == ModelErrorCode.QUOTA_EXHAUSTED
     assert len(provider.requests_to("/v1/embeddings")) == 1
 
 
@@ -692,7 +690,7 @@ async def test_429_every_time_is_rate_limited_after_the_retries(
         *[Reply.fixture("dashscope/error_throttling.json", status=429)] * (MAX_RETRIES + 1),
     )
     error = await raises_model_error(openai_adapter.embed(target_for(provider, "dashscope"), ["a"], 0))
-    assert error.code == pb.MODEL_ERROR_CODE_RATE_LIMITED  # "Throttling.RateQuota" is not out of quota
+    assert error.code == ModelErrorCode.RATE_LIMITED  # "Throttling.RateQuota" is not out of quota
     assert len(provider.requests_to("/compatible-mode/v1/embeddings")) == MAX_RETRIES + 1
 
 
@@ -709,7 +707,7 @@ async def test_500_every_time_is_provider_error_after_the_retries(
             )
         )
     )
-    assert error.code == pb.MODEL_ERROR_CODE_PROVIDER_ERROR
+    assert error.code == ModelErrorCode.PROVIDER_ERROR
     assert len(provider.requests_to("/v1/chat/completions")) == MAX_RETRIES + 1
     assert "server_error" in error.detail
 
@@ -742,7 +740,7 @@ async def test_404_model_is_model_unavailable(
             )
         )
     )
-    assert error.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE
+    assert error.code == ModelErrorCode.MODEL_UNAVAILABLE
     assert len(provider.requests_to("/v1/chat/completions")) == 1
 
 
@@ -754,12 +752,12 @@ async def test_connection_refused_is_model_unavailable(openai_adapter: OpenAICom
         base_url=f"http://127.0.0.1:{closed_port()}/v1",
         api_key=None,
         parameters=ModelParams(),
-        types=frozenset({KNOWLEDGE_QA}),
+        types=frozenset({ModelType.KNOWLEDGE_QA}),
     )
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE
+    assert error.code == ModelErrorCode.MODEL_UNAVAILABLE
     assert "ConnectError" in error.detail
 
 
@@ -771,23 +769,23 @@ async def test_timeout_is_retried_then_reported(provider: ScriptedProvider) -> N
         error = await raises_model_error(adapter.embed(target_for(provider, "openai"), ["a"], 0))
     finally:
         await adapter.close()
-    assert error.code == pb.MODEL_ERROR_CODE_TIMEOUT
+    assert error.code == ModelErrorCode.TIMEOUT
     assert len(provider.requests_to("/v1/embeddings")) == 2
 
 
 @pytest.mark.parametrize(
     ("provider_id", "fixture", "status", "code"),
     [
-        ("openai", "openai/error_content_filter.json", 400, pb.MODEL_ERROR_CODE_CONTENT_FILTERED),
+        ("openai", "openai/error_content_filter.json", 400, ModelErrorCode.CONTENT_FILTERED),
         (
             "dashscope",
             "dashscope/error_data_inspection_failed.json",
             400,
-            pb.MODEL_ERROR_CODE_CONTENT_FILTERED,
+            ModelErrorCode.CONTENT_FILTERED,
         ),
-        ("dashscope", "dashscope/error_arrearage.json", 400, pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED),
-        ("zhipu", "zhipu/error_sensitive.json", 400, pb.MODEL_ERROR_CODE_CONTENT_FILTERED),
-        ("zhipu", "zhipu/error_arrears.json", 429, pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED),
+        ("dashscope", "dashscope/error_arrearage.json", 400, ModelErrorCode.QUOTA_EXHAUSTED),
+        ("zhipu", "zhipu/error_sensitive.json", 400, ModelErrorCode.CONTENT_FILTERED),
+        ("zhipu", "zhipu/error_arrears.json", 429, ModelErrorCode.QUOTA_EXHAUSTED),
     ],
 )
 async def test_provider_error_bodies_map_to_friendly_codes(
@@ -796,7 +794,7 @@ async def test_provider_error_bodies_map_to_friendly_codes(
     provider_id: str,
     fixture: str,
     status: int,
-    code: int,
+    code: ModelErrorCode,
 ) -> None:
     path = base_path(PROVIDERS[provider_id]) + "/chat/completions"
     provider.script(path, Reply.fixture(fixture, status=status))
@@ -833,7 +831,7 @@ async def test_provider_error_bodies_map_to_friendly_codes(
 )
 def test_error_body_mapping(status: int, body: str, code: int) -> None:
     error = error_from_response(status, body)
-    assert pb.ModelErrorCode.Name(error.code) == pb.ModelErrorCode.Name(code)
+    assert error.code is ModelErrorCode.from_number(code)
     assert body[:50] in error.detail
     assert body[:50] not in error.user_message("en")
 
@@ -855,7 +853,7 @@ async def test_provider_side_image_failure_names_the_field(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target_for(provider, "openai"), request))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE
     assert error.field == "messages[1].content[1]"  # the URL the provider named
 
 
@@ -876,7 +874,7 @@ async def test_dashscope_image_download_failure(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target_for(provider, "dashscope"), request))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE
     assert error.field == "messages[0].content[1]"
 
 
@@ -894,7 +892,7 @@ async def test_unreachable_image_url_for_a_base64_only_provider(
     error = await raises_model_error(
         collect(openai_adapter.chat_stream(target_for(provider, "moonshot"), request))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE
     assert error.field == "messages[1].content[0]"
     assert provider.requests_to("/v1/chat/completions") == []  # the provider was never called
 
@@ -914,7 +912,7 @@ async def test_private_image_hosts_are_refused_by_default(provider: ScriptedProv
         )
     finally:
         await adapter.close()
-    assert error.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE and "non-public" in error.detail
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE and "non-public" in error.detail
     assert provider.requests == []
 
 
@@ -932,7 +930,7 @@ async def test_oversized_image_download_is_invalid_input(
     error = await raises_model_error(
         collect(adapter.chat_stream(target_for(provider, "ollama", api_key=None), request))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_INVALID_INPUT
+    assert error.code == ModelErrorCode.INVALID_INPUT
     assert error.field == "messages[0].content[0]" and "50 bytes" in error.user_message("en")
 
 
@@ -1113,7 +1111,7 @@ async def test_missing_capabilities_are_wrong_model_type(
     ]
     for check in checks:
         error = await raises_model_error(check)
-        assert error.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+        assert error.code == ModelErrorCode.WRONG_MODEL_TYPE
     assert provider.requests == []
 
 
@@ -1277,7 +1275,7 @@ async def test_anthropic_errors(provider: ScriptedProvider, anthropic_adapter: A
     error = await raises_model_error(
         collect(anthropic_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED
+    assert error.code == ModelErrorCode.AUTHENTICATION_FAILED
 
     provider.script(
         "/v1/messages", *[Reply.fixture("anthropic/error_overloaded.json", status=529)] * (MAX_RETRIES + 1)
@@ -1285,14 +1283,14 @@ async def test_anthropic_errors(provider: ScriptedProvider, anthropic_adapter: A
     error = await raises_model_error(
         collect(anthropic_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE
+    assert error.code == ModelErrorCode.MODEL_UNAVAILABLE
 
     # An error event after the stream started is reported, not retried.
     provider.script("/v1/messages", Reply.fixture("anthropic/stream_error_overloaded.sse"))
     error = await raises_model_error(
         collect(anthropic_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
-    assert error.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE and error.model_id == target.model_id
+    assert error.code == ModelErrorCode.MODEL_UNAVAILABLE and error.model_id == target.model_id
     assert len(provider.requests_to("/v1/messages")) == 1 + MAX_RETRIES + 1 + 1
 
 
@@ -1304,7 +1302,7 @@ async def test_anthropic_has_no_logprobs(
             target_for(provider, "anthropic"), [text(pb.CHAT_ROLE_USER, "hi")], 5
         )
     )
-    assert error.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+    assert error.code == ModelErrorCode.WRONG_MODEL_TYPE
 
 
 # -- Decide -------------------------------------------------------------------------------------------
@@ -1402,7 +1400,7 @@ async def test_decide_json_method_is_honoured_and_answers_are_validated(
     error = await raises_model_error(
         decide(openai_adapter, target_for(provider, "openai"), PROVIDERS["openai"], request, max_labels=26)
     )
-    assert error.code == pb.MODEL_ERROR_CODE_PROVIDER_ERROR and "refund" in error.detail
+    assert error.code == ModelErrorCode.PROVIDER_ERROR and "refund" in error.detail
     sent = only(provider.requests_to("/v1/chat/completions")).json
     assert "logprobs" not in sent  # JSON asked for: no logprobs call first
 
@@ -1423,13 +1421,13 @@ async def test_decide_validates_labels(
     error = await raises_model_error(
         decide(openai_adapter, target_for(provider, "openai"), PROVIDERS["openai"], request, max_labels=4)
     )
-    assert error.code == pb.MODEL_ERROR_CODE_INVALID_INPUT and error.field == "labels"
+    assert error.code == ModelErrorCode.INVALID_INPUT and error.field == "labels"
     assert reason in error.user_message("en")
     assert provider.requests == []
 
 
 def test_label_probabilities_ignore_other_tokens() -> None:
-    from knowsphere_modelhub.adapters.ports import TokenLogprob
+    from knowsphere_modelhub.domain.ports import TokenLogprob
 
     probabilities = label_probabilities(
         ["x", "y"],
@@ -1465,7 +1463,7 @@ async def test_error_event_inside_a_stream(
         ):
             received.append(event)
     assert answer_text(received) == "关于这个"
-    assert caught.value.code == pb.MODEL_ERROR_CODE_CONTENT_FILTERED
+    assert caught.value.code == ModelErrorCode.CONTENT_FILTERED
     assert len(provider.requests_to(path)) == 1  # output already sent: not retried
 
 
@@ -1497,11 +1495,11 @@ async def test_a_bad_base_url_is_a_clear_error(
         base_url=base_url,
         api_key=None,
         parameters=ModelParams(),
-        types=frozenset({KNOWLEDGE_QA}),
+        types=frozenset({ModelType.KNOWLEDGE_QA}),
     )
     chat = await raises_model_error(
         collect(openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
     )
     embed = await raises_model_error(openai_adapter.embed(target, ["a"], 0))
-    assert chat.code == embed.code == pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE
+    assert chat.code == embed.code == ModelErrorCode.MODEL_UNAVAILABLE
     assert chat.model_id == "m"

@@ -13,35 +13,24 @@ from typing import Any
 import grpc
 import pytest
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.ports import Usage
+from knowsphere.modelhub.v1.modelhub_enums import (
+    DefaultModelSource,
+    ModelConsumerKind,
+    ModelErrorCode,
+    ModelType,
+)
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.records import (
-    ASR,
-    EMBEDDING,
-    KNOWLEDGE_QA,
-    MODEL_TYPES,
-    RERANK,
-    VLM,
-    ModelParams,
-    ModelRecord,
-)
-from knowsphere_modelhub.domain.registry import (
-    SOURCE_BUILTIN,
-    SOURCE_ENVIRONMENT,
-    SOURCE_EXPLICIT,
-    SOURCE_NONE,
-    SOURCE_TENANT,
-    ModelInUse,
-    Registry,
-)
+from knowsphere_modelhub.domain.in_use import ModelInUse
+from knowsphere_modelhub.domain.ports import Usage
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
+from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing
 
 MASTER_KEY = "test-master-key-0123456789abcdef"
 SECRET = "sk-proj-VerySecretValue0123456789xyzW"
-KB = pb.MODEL_CONSUMER_KIND_KNOWLEDGE_BASE
-AGENT = pb.MODEL_CONSUMER_KIND_AGENT
+KB = ModelConsumerKind.KNOWLEDGE_BASE
+AGENT = ModelConsumerKind.AGENT
 
 
 @dataclass(frozen=True)
@@ -49,20 +38,29 @@ class FakeProvider:
     id: str
     default_base_url: str
     requires_api_key: bool
-    model_types: frozenset[int]
+    model_types: frozenset[ModelType]
     local: bool = False
 
 
 PROVIDERS = {
     "openai": FakeProvider(
-        "openai", "https://api.openai.test/v1", True, frozenset({EMBEDDING, KNOWLEDGE_QA, VLM, ASR})
+        "openai",
+        "https://api.openai.test/v1",
+        True,
+        frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM, ModelType.ASR}),
     ),
-    "jina": FakeProvider("jina", "https://api.jina.test/v1", True, frozenset({EMBEDDING, RERANK})),
+    "jina": FakeProvider(
+        "jina", "https://api.jina.test/v1", True, frozenset({ModelType.EMBEDDING, ModelType.RERANK})
+    ),
     "ollama": FakeProvider(
-        "ollama", "http://127.0.0.1:11434/v1", False, frozenset({EMBEDDING, KNOWLEDGE_QA}), True
+        "ollama",
+        "http://127.0.0.1:11434/v1",
+        False,
+        frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA}),
+        True,
     ),
-    "custom": FakeProvider("custom", "", False, frozenset(MODEL_TYPES)),
-    "local": FakeProvider("local", "", False, frozenset({EMBEDDING}), True),
+    "custom": FakeProvider("custom", "", False, frozenset(ModelType)),
+    "local": FakeProvider("local", "", False, frozenset({ModelType.EMBEDDING}), True),
 }
 
 
@@ -103,7 +101,7 @@ def chat(**overrides: Any) -> dict[str, Any]:
         "display_name": "GPT-4o",
         "provider_id": "openai",
         "model_name": "gpt-4o",
-        "types": [KNOWLEDGE_QA, VLM],
+        "types": [ModelType.KNOWLEDGE_QA, ModelType.VLM],
         "api_key": SECRET,
     }
     spec.update(overrides)
@@ -115,7 +113,7 @@ def embedder(**overrides: Any) -> dict[str, Any]:
         "display_name": "Jina v3",
         "provider_id": "jina",
         "model_name": "jina-embeddings-v3",
-        "types": [EMBEDDING],
+        "types": [ModelType.EMBEDDING],
         "api_key": "jina_0123456789abcdefABCD",
         "parameters": ModelParams(embedding_dimension=1024),
     }
@@ -129,7 +127,7 @@ MINILM = ModelRecord(
     display_name="all-MiniLM-L6-v2 (built in)",
     provider_id="local",
     model_name="all-MiniLM-L6-v2",
-    types=frozenset({EMBEDDING}),
+    types=frozenset({ModelType.EMBEDDING}),
     base_url="",
     parameters=ModelParams(embedding_dimension=384),
     api_key_ciphertext=None,
@@ -153,7 +151,7 @@ MINILM = ModelRecord(
         (chat(provider_id="local"), "provider_id", "built-in models only"),
         (chat(model_name="  "), "model_name", "required"),
         (chat(types=[]), "types", "at least one"),
-        (chat(types=[RERANK]), "types", "does not offer rerank"),
+        (chat(types=[ModelType.RERANK]), "types", "does not offer rerank"),
         (chat(types=[0]), "types", "must be one of"),
         (chat(provider_id="custom", api_key=None), "base_url", "required for provider 'custom'"),
         (chat(provider_id="custom", base_url="ftp://files.test"), "base_url", "http:// or https://"),
@@ -179,7 +177,7 @@ async def test_invalid_input_names_the_field(registry, store, spec, field, words
     with pytest.raises(ModelError) as caught:
         await registry.create("tenant-a", **spec)
     error = caught.value
-    assert error.code == pb.MODEL_ERROR_CODE_INVALID_INPUT
+    assert error.code == ModelErrorCode.INVALID_INPUT
     assert error.grpc_status == grpc.StatusCode.INVALID_ARGUMENT
     assert error.field == field
     assert words in error.detail
@@ -195,7 +193,7 @@ async def test_valid_models_of_each_kind_are_accepted(registry):
     assert custom.base_url == "http://vllm.internal:8000/v1"
     assert custom.api_key_hint == "" and custom.api_key_ciphertext is None
     local = await registry.create(
-        "tenant-a", **chat(provider_id="ollama", types=[KNOWLEDGE_QA], api_key=None)
+        "tenant-a", **chat(provider_id="ollama", types=[ModelType.KNOWLEDGE_QA], api_key=None)
     )
     assert registry.call_target(local).base_url == "http://127.0.0.1:11434/v1"
     assert (await registry.create("tenant-a", **embedder())).parameters.embedding_dimension == 1024
@@ -255,16 +253,18 @@ async def test_update_replaces_or_removes_the_key(registry):
 
 async def test_update_changes_only_given_fields(registry):
     created = await registry.create("tenant-a", **chat(description="first"))
-    updated = await registry.update("tenant-a", created.id, display_name="GPT-4o (EU)", types=[KNOWLEDGE_QA])
+    updated = await registry.update(
+        "tenant-a", created.id, display_name="GPT-4o (EU)", types=[ModelType.KNOWLEDGE_QA]
+    )
     assert (updated.display_name, updated.types, updated.description) == (
         "GPT-4o (EU)",
-        {KNOWLEDGE_QA},
+        {ModelType.KNOWLEDGE_QA},
         "first",
     )
     assert updated.create_time == created.create_time < updated.update_time
     assert await registry.get("tenant-a", created.id) == updated
     with pytest.raises(ModelError) as caught:
-        await registry.update("tenant-a", created.id, types=[RERANK])
+        await registry.update("tenant-a", created.id, types=[ModelType.RERANK])
     assert caught.value.field == "types"
 
 
@@ -274,13 +274,13 @@ async def test_other_tenants_models_do_not_exist_for_a_tenant(registry):
         registry.get("tenant-b", mine.id),
         registry.update("tenant-b", mine.id, display_name="x"),
         registry.delete("tenant-b", mine.id),
-        registry.resolve("tenant-b", mine.id, KNOWLEDGE_QA),
-        registry.set_default("tenant-b", KNOWLEDGE_QA, mine.id),
+        registry.resolve("tenant-b", mine.id, ModelType.KNOWLEDGE_QA),
+        registry.set_default("tenant-b", ModelType.KNOWLEDGE_QA, mine.id),
         registry.put_usage("tenant-b", Usage(mine.id, AGENT, "agent-1", "Helper")),
     ):
         with pytest.raises(ModelError) as caught:
             await call
-        assert caught.value.code == pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND
+        assert caught.value.code == ModelErrorCode.MODEL_NOT_FOUND
         assert caught.value.user_message() == f"Model {mine.id} does not exist."
     assert (await registry.list("tenant-b")).records == []
 
@@ -315,18 +315,18 @@ async def test_resolution_order_explicit_tenant_environment_builtin_none(store):
     await registry.register_builtin(MINILM)
 
     # Built-in default: only embeddings have one, and the environment comes before it.
-    record, source = await registry.resolve("tenant-a", "", EMBEDDING)
-    assert (record.id, source) == ("env-embedding", SOURCE_ENVIRONMENT)
+    record, source = await registry.resolve("tenant-a", "", ModelType.EMBEDDING)
+    assert (record.id, source) == ("env-embedding", DefaultModelSource.ENVIRONMENT)
     assert record.parameters.embedding_dimension == 1024
     assert registry.call_target(record).base_url == "http://127.0.0.1:11434/v1"
     without_env = make_registry(store)
     await without_env.register_builtin(MINILM)
-    record, source = await without_env.resolve("tenant-a", "", EMBEDDING)
-    assert (record.id, source) == (MINILM.id, SOURCE_BUILTIN)
+    record, source = await without_env.resolve("tenant-a", "", ModelType.EMBEDDING)
+    assert (record.id, source) == (MINILM.id, DefaultModelSource.BUILTIN)
 
     # Environment, with its key held in memory only.
-    record, source = await registry.resolve("tenant-a", "", KNOWLEDGE_QA)
-    assert (record.id, source) == ("env-knowledge_qa", SOURCE_ENVIRONMENT)
+    record, source = await registry.resolve("tenant-a", "", ModelType.KNOWLEDGE_QA)
+    assert (record.id, source) == ("env-knowledge_qa", DefaultModelSource.ENVIRONMENT)
     assert record.parameters.context_window == 128000 and record.api_key_ciphertext is None
     assert registry.call_target(record).api_key == ENV["KS_MODELHUB_KNOWLEDGE_QA_API_KEY"]
     assert await store.list_api_keys() == []
@@ -334,30 +334,35 @@ async def test_resolution_order_explicit_tenant_environment_builtin_none(store):
 
     # Tenant default beats the environment, for that tenant only.
     mine = await registry.create("tenant-a", **chat())
-    assert await registry.set_default("tenant-a", KNOWLEDGE_QA, mine.id) == (mine, SOURCE_TENANT)
-    record, source = await registry.resolve("tenant-a", "", KNOWLEDGE_QA)
-    assert (record.id, source) == (mine.id, SOURCE_TENANT)
-    assert (await registry.resolve("tenant-b", "", KNOWLEDGE_QA))[0].id == "env-knowledge_qa"
-    assert await registry.get_default("tenant-a", KNOWLEDGE_QA) == (mine, SOURCE_TENANT)
+    assert await registry.set_default("tenant-a", ModelType.KNOWLEDGE_QA, mine.id) == (
+        mine,
+        DefaultModelSource.TENANT,
+    )
+    record, source = await registry.resolve("tenant-a", "", ModelType.KNOWLEDGE_QA)
+    assert (record.id, source) == (mine.id, DefaultModelSource.TENANT)
+    assert (await registry.resolve("tenant-b", "", ModelType.KNOWLEDGE_QA))[0].id == "env-knowledge_qa"
+    assert await registry.get_default("tenant-a", ModelType.KNOWLEDGE_QA) == (mine, DefaultModelSource.TENANT)
 
     # An explicit id beats everything.
     other = await registry.create("tenant-a", **chat(display_name="Other"))
-    record, source = await registry.resolve("tenant-a", other.id, KNOWLEDGE_QA)
-    assert (record.id, source) == (other.id, SOURCE_EXPLICIT)
-    assert (await registry.resolve("tenant-a", "env-knowledge_qa", KNOWLEDGE_QA))[0].id == "env-knowledge_qa"
+    record, source = await registry.resolve("tenant-a", other.id, ModelType.KNOWLEDGE_QA)
+    assert (record.id, source) == (other.id, None)
+    assert (await registry.resolve("tenant-a", "env-knowledge_qa", ModelType.KNOWLEDGE_QA))[
+        0
+    ].id == "env-knowledge_qa"
 
     # Clearing the tenant default falls back to the environment again.
-    assert await registry.set_default("tenant-a", KNOWLEDGE_QA, "") == (
+    assert await registry.set_default("tenant-a", ModelType.KNOWLEDGE_QA, "") == (
         await registry.get("tenant-a", "env-knowledge_qa"),
-        SOURCE_ENVIRONMENT,
+        DefaultModelSource.ENVIRONMENT,
     )
 
     # Nothing configured: a clear error that says how to add one.
-    assert await registry.get_default("tenant-a", RERANK) == (None, SOURCE_NONE)
+    assert await registry.get_default("tenant-a", ModelType.RERANK) == (None, DefaultModelSource.NONE)
     with pytest.raises(ModelError) as caught:
-        await registry.resolve("tenant-a", "", RERANK)
+        await registry.resolve("tenant-a", "", ModelType.RERANK)
     error = caught.value
-    assert error.code == pb.MODEL_ERROR_CODE_NO_MODEL_CONFIGURED
+    assert error.code == ModelErrorCode.NO_MODEL_CONFIGURED
     assert error.grpc_status == grpc.StatusCode.FAILED_PRECONDITION
     assert error.params["type"] == "rerank" and error.params["TYPE"] == "RERANK"
     assert error.user_message() == (
@@ -369,7 +374,7 @@ async def test_resolution_order_explicit_tenant_environment_builtin_none(store):
 
 async def test_no_knowledge_qa_model_message_uses_the_type_name(registry):
     with pytest.raises(ModelError) as caught:
-        await registry.resolve("tenant-a", "", KNOWLEDGE_QA)
+        await registry.resolve("tenant-a", "", ModelType.KNOWLEDGE_QA)
     assert "No knowledge_qa model is configured" in caught.value.user_message()
     assert "KS_MODELHUB_KNOWLEDGE_QA_PROVIDER" in caught.value.user_message()
 
@@ -377,20 +382,20 @@ async def test_no_knowledge_qa_model_message_uses_the_type_name(registry):
 async def test_wrong_type_and_unknown_id(registry):
     await registry.register_builtin(MINILM)
     with pytest.raises(ModelError) as caught:
-        await registry.resolve("tenant-a", MINILM.id, KNOWLEDGE_QA)
+        await registry.resolve("tenant-a", MINILM.id, ModelType.KNOWLEDGE_QA)
     error = caught.value
-    assert error.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+    assert error.code == ModelErrorCode.WRONG_MODEL_TYPE
     assert error.params["type"] == "knowledge_qa" and error.params["types"] == "embedding"
     assert error.user_message() == (
         f"Model '{MINILM.display_name}' ({MINILM.id}) cannot be used for knowledge_qa; "
         "it is registered for embedding."
     )
     with pytest.raises(ModelError) as caught:
-        await registry.set_default("tenant-a", KNOWLEDGE_QA, MINILM.id)
-    assert caught.value.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE
+        await registry.set_default("tenant-a", ModelType.KNOWLEDGE_QA, MINILM.id)
+    assert caught.value.code == ModelErrorCode.WRONG_MODEL_TYPE
     with pytest.raises(ModelError) as caught:
-        await registry.resolve("tenant-a", "model-does-not-exist", EMBEDDING)
-    assert caught.value.code == pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND
+        await registry.resolve("tenant-a", "model-does-not-exist", ModelType.EMBEDDING)
+    assert caught.value.code == ModelErrorCode.MODEL_NOT_FOUND
     assert caught.value.model_id == "model-does-not-exist"
 
 
@@ -446,8 +451,8 @@ async def test_builtin_and_environment_models_cannot_be_changed_or_deleted(store
 
 async def test_a_default_model_cannot_be_deleted_and_the_message_names_the_types(registry):
     mine = await registry.create("tenant-a", **chat())
-    await registry.set_default("tenant-a", KNOWLEDGE_QA, mine.id)
-    await registry.set_default("tenant-a", VLM, mine.id)
+    await registry.set_default("tenant-a", ModelType.KNOWLEDGE_QA, mine.id)
+    await registry.set_default("tenant-a", ModelType.VLM, mine.id)
     with pytest.raises(ModelInUse) as caught:
         await registry.delete("tenant-a", mine.id)
     error = caught.value
@@ -456,17 +461,17 @@ async def test_a_default_model_cannot_be_deleted_and_the_message_names_the_types
         f"Model 'GPT-4o' ({mine.id}) cannot be deleted: it is this tenant's default knowledge_qa and vlm "
         "model. First set another default model."
     )
-    assert error.defaults == [KNOWLEDGE_QA, VLM]
+    assert error.defaults == [ModelType.KNOWLEDGE_QA, ModelType.VLM]
     # Nor may it drop a type it is the default for.
     with pytest.raises(ModelInUse, match="default vlm model"):
-        await registry.update("tenant-a", mine.id, types=[KNOWLEDGE_QA])
+        await registry.update("tenant-a", mine.id, types=[ModelType.KNOWLEDGE_QA])
 
-    await registry.set_default("tenant-a", KNOWLEDGE_QA, "")
-    await registry.set_default("tenant-a", VLM, "")
+    await registry.set_default("tenant-a", ModelType.KNOWLEDGE_QA, "")
+    await registry.set_default("tenant-a", ModelType.VLM, "")
     await registry.delete("tenant-a", mine.id)
     with pytest.raises(ModelError) as gone:
         await registry.get("tenant-a", mine.id)
-    assert gone.value.code == pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND
+    assert gone.value.code == ModelErrorCode.MODEL_NOT_FOUND
 
 
 async def test_a_used_model_cannot_be_deleted_and_the_message_names_the_users(registry):
@@ -498,13 +503,13 @@ async def test_a_used_model_cannot_be_deleted_and_the_message_names_the_users(re
     await registry.delete("tenant-a", model.id)
     with pytest.raises(ModelError) as again:
         await registry.delete("tenant-a", model.id)
-    assert again.value.code == pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND
+    assert again.value.code == ModelErrorCode.MODEL_NOT_FOUND
 
 
 @pytest.mark.parametrize(
     ("usage", "field"),
     [
-        (Usage("m", pb.MODEL_CONSUMER_KIND_UNSPECIFIED, "kb-1", "x"), "consumer_kind"),
+        (Usage("m", None, "kb-1", "x"), "consumer_kind"),
         (Usage("m", KB, "", "x"), "consumer_id"),
         (Usage("", KB, "kb-1", "x"), "model_id"),
     ],
@@ -525,12 +530,12 @@ async def test_register_builtin_is_idempotent_and_makes_the_builtin_default(stor
     again = await make_registry(store).register_builtin(MINILM)
     assert again == stored  # unchanged: not rewritten, same times
     assert (await first.list("tenant-a")).records == [stored]
-    assert await first.get_default("tenant-b", EMBEDDING) == (stored, SOURCE_BUILTIN)
+    assert await first.get_default("tenant-b", ModelType.EMBEDDING) == (stored, DefaultModelSource.BUILTIN)
     # A second built-in that is not the default does not take over.
     other = await first.register_builtin(
         ModelRecord(**{**MINILM.__dict__, "id": "builtin-e5-small", "display_name": "e5"}), default=False
     )
-    assert (await first.get_default("tenant-b", EMBEDDING))[0] == stored
+    assert (await first.get_default("tenant-b", ModelType.EMBEDDING))[0] == stored
     assert other.builtin
     with pytest.raises(ValueError):
         await first.register_builtin(ModelRecord(**{**MINILM.__dict__, "builtin": False}))

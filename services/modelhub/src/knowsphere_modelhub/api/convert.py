@@ -1,63 +1,53 @@
-"""Conversions between registry records and the modelhub proto messages."""
+"""Conversions between registry records and the modelhub proto messages, one per shape.
+
+Same-named fields cross through :mod:`knowsphere_contracts.convert` (enum members become numbers and
+back, datetimes Timestamps); what is written here is only what differs: lists of types in proto order,
+an empty ``extra`` left unset, proto numbers that name no member refused with the field named.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from google.protobuf.json_format import MessageToDict
-from google.protobuf.struct_pb2 import Struct
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
-
-
-def _timestamp(value: object) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)  # type: ignore[arg-type]
-    return stamp
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
+from knowsphere_contracts.convert import message_from, record_from
+from knowsphere_modelhub.domain.ports import Usage
+from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, in_proto_order
+from knowsphere_modelhub.domain.validation import model_type_of
 
 
 def params_to_proto(params: ModelParams) -> pb.ModelParameters:
-    message = pb.ModelParameters()
-    if params.temperature is not None:
-        message.temperature = params.temperature
-    if params.max_tokens is not None:
-        message.max_tokens = params.max_tokens
-    if params.context_window is not None:
-        message.context_window = params.context_window
-    if params.embedding_dimension is not None:
-        message.embedding_dimension = params.embedding_dimension
-    if params.extra:
-        extra = Struct()
-        extra.update(params.extra)
-        message.extra.CopyFrom(extra)
-    return message
+    return message_from(pb.ModelParameters, params, extra=params.extra or None)
 
 
 def params_from_proto(message: pb.ModelParameters) -> ModelParams:
-    return ModelParams(
-        temperature=message.temperature if message.HasField("temperature") else None,
-        max_tokens=message.max_tokens if message.HasField("max_tokens") else None,
-        context_window=message.context_window if message.HasField("context_window") else None,
-        embedding_dimension=message.embedding_dimension if message.HasField("embedding_dimension") else None,
-        extra=MessageToDict(message.extra) if message.HasField("extra") else {},
-    )
+    extra = MessageToDict(message.extra) if message.HasField("extra") else {}
+    return record_from(ModelParams, message, extra=extra)
 
 
-def record_to_proto(record: ModelRecord, default_for: list[int] | None = None) -> pb.Model:
-    """The API view of a record: the key is never included, only its masked hint."""
-    return pb.Model(
-        id=record.id,
-        display_name=record.display_name,
-        provider_id=record.provider_id,
-        model_name=record.model_name,
-        types=sorted(record.types),  # type: ignore[arg-type]
-        base_url=record.base_url,
+def record_to_proto(record: ModelRecord, default_for: Iterable[ModelType] = ()) -> pb.Model:
+    """The API view of a record: the key is never included (the message has no field for it)."""
+    return message_from(
+        pb.Model,
+        record,
+        types=in_proto_order(record.types),
         parameters=params_to_proto(record.parameters),
-        api_key_hint=record.api_key_hint,
-        builtin=record.builtin,
-        tenant_id=record.tenant_id,
-        default_for=sorted(default_for or []),  # type: ignore[arg-type]
-        create_time=_timestamp(record.create_time),
-        update_time=_timestamp(record.update_time),
-        description=record.description,
+        default_for=in_proto_order(default_for),
     )
+
+
+def model_types_of(numbers: Iterable[int], field: str = "types") -> list[ModelType]:
+    """Model types of a request's numbers; INVALID_INPUT naming ``field`` for an unknown one."""
+    return [model_type_of(field, number) for number in numbers]
+
+
+def usage_to_proto(usage: Usage) -> pb.ModelUsage:
+    return message_from(pb.ModelUsage, usage)
+
+
+def usage_from_proto(request: pb.PutModelUsageRequest) -> Usage:
+    """The usage a request describes; an unset or unknown consumer kind is None (the registry refuses it)."""
+    return record_from(Usage, request)

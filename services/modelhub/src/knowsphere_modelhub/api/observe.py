@@ -1,7 +1,8 @@
 """One span per model call with the OpenTelemetry GenAI attributes, and a Langfuse generation.
 
-Attribute names follow the GenAI semantic conventions (``gen_ai.*``); retries are recorded as span
-events by the HTTP layer while this span is current.
+Attribute names follow the GenAI semantic conventions (``gen_ai.*``), ours come from
+:mod:`knowsphere_telemetry.attributes`; retries are recorded as span events by the HTTP layer while
+this span is current.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.records import CallTarget
-from knowsphere_telemetry import LlmObserver
+from knowsphere_telemetry import LlmObserver, attributes
 
 _tracer = trace.get_tracer("knowsphere.modelhub")
 
@@ -58,9 +59,9 @@ def model_call(
         span.set_attribute("gen_ai.system", target.provider_id)
         span.set_attribute("gen_ai.provider.name", target.provider_id)
         span.set_attribute("gen_ai.request.model", target.model_name)
-        span.set_attribute("ks.model.id", target.model_id)
+        span.set_attribute(attributes.MODEL_ID, target.model_id)
         if purpose:
-            span.set_attribute("ks.model.purpose", purpose)
+            span.set_attribute(attributes.MODEL_PURPOSE, purpose)
         for key, value in (parameters or {}).items():
             if value is not None and isinstance(value, int | float | str | bool):
                 span.set_attribute(f"gen_ai.request.{key}", value)
@@ -72,7 +73,7 @@ def model_call(
             span.add_event("model_error", {"code": error.code_name, "detail": error.detail[:2000]})
             raise
         finally:
-            span.set_attribute("ks.latency_ms", round((time.perf_counter() - started) * 1000, 1))
+            span.set_attribute(attributes.LATENCY_MS, round((time.perf_counter() - started) * 1000, 1))
             if record.input_tokens is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", record.input_tokens)
             if record.output_tokens is not None:

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.adapters.ports import ProviderAdapter, TokenLogprob
-from knowsphere_modelhub.domain.errors import ModelError
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
+from knowsphere_modelhub.domain.errors import ModelError, invalid_input
+from knowsphere_modelhub.domain.ports import ProviderAdapter, TokenLogprob
 from knowsphere_modelhub.domain.providers import ProviderSpec
 from knowsphere_modelhub.domain.records import CallTarget
 
@@ -43,24 +44,20 @@ JSON_INSTRUCTION = (
 )
 
 
-def _invalid(field: str, reason: str) -> ModelError:
-    return ModelError(pb.MODEL_ERROR_CODE_INVALID_INPUT, reason, field=field, reason=f"{field}: {reason}")
-
-
 def validate(request: pb.DecideRequest, *, max_labels: int) -> None:
     labels = request.labels
     if len(labels) < 2:
-        raise _invalid("labels", f"at least 2 labels are required, {len(labels)} given")
+        raise invalid_input("labels", f"at least 2 labels are required, {len(labels)} given")
     if len(labels) > max_labels:
-        raise _invalid("labels", f"at most {max_labels} labels are allowed, {len(labels)} given")
+        raise invalid_input("labels", f"at most {max_labels} labels are allowed, {len(labels)} given")
     names = [label.name for label in labels]
     if any(not name.strip() for name in names):
-        raise _invalid("labels", "every label needs a name")
+        raise invalid_input("labels", "every label needs a name")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise _invalid("labels", f"label names must be unique; repeated: {', '.join(duplicates)}")
+        raise invalid_input("labels", f"label names must be unique; repeated: {', '.join(duplicates)}")
     if not request.messages and not request.prompt.strip():
-        raise _invalid("messages", "give messages or a prompt")
+        raise invalid_input("messages", "give messages or a prompt")
 
 
 def _describe(label: pb.DecisionLabel) -> str:
@@ -129,7 +126,7 @@ async def _by_logprobs(
             target, _with_instruction(request, instruction), spec.max_top_logprobs or len(names)
         )
     except ModelError as exc:
-        if exc.code == pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE:
+        if exc.code == ModelErrorCode.WRONG_MODEL_TYPE:
             return None
         raise
     probabilities = label_probabilities(names, alternatives)
@@ -184,7 +181,7 @@ async def _by_json(
     label = parse_label(answer, names)
     if label is None:
         raise ModelError(
-            pb.MODEL_ERROR_CODE_PROVIDER_ERROR,
+            ModelErrorCode.PROVIDER_ERROR,
             f"Decide: the model answered {answer[:500]!r}, which names none of the labels {names}",
             model_id=target.model_id,
             provider_id=target.provider_id,

@@ -10,59 +10,57 @@ from typing import Any
 
 import grpc
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 
-Code = int  # pb.ModelErrorCode value
-
-GRPC_STATUS: dict[Code, grpc.StatusCode] = {
-    pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE: grpc.StatusCode.INVALID_ARGUMENT,
-    pb.MODEL_ERROR_CODE_RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
-    pb.MODEL_ERROR_CODE_TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
-    pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    pb.MODEL_ERROR_CODE_CONTENT_FILTERED: grpc.StatusCode.INVALID_ARGUMENT,
-    pb.MODEL_ERROR_CODE_NO_MODEL_CONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
-    pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
-    pb.MODEL_ERROR_CODE_INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
-    pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    pb.MODEL_ERROR_CODE_PROVIDER_ERROR: grpc.StatusCode.INTERNAL,
+GRPC_STATUS: dict[ModelErrorCode, grpc.StatusCode] = {
+    ModelErrorCode.IMAGE_URL_UNREACHABLE: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelErrorCode.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ModelErrorCode.QUOTA_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ModelErrorCode.AUTHENTICATION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
+    ModelErrorCode.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ModelErrorCode.MODEL_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ModelErrorCode.CONTENT_FILTERED: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelErrorCode.NO_MODEL_CONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
+    ModelErrorCode.WRONG_MODEL_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelErrorCode.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelErrorCode.MODEL_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ModelErrorCode.PROVIDER_ERROR: grpc.StatusCode.INTERNAL,
 }
 
 # Messages for the end user. Placeholders are filled from ModelError.params.
-MESSAGES: dict[Code, dict[str, str]] = {
-    pb.MODEL_ERROR_CODE_IMAGE_URL_UNREACHABLE: {
+MESSAGES: dict[ModelErrorCode, dict[str, str]] = {
+    ModelErrorCode.IMAGE_URL_UNREACHABLE: {
         "en": "The image link could not be opened by the model. Use a publicly reachable image URL "
         "(one that opens in a browser without logging in), or upload the image instead.",
         "zh": "AI 模型无法访问图片链接。"
         "请使用公开可访问的图片链接（无需登录即可在浏览器中打开），或直接上传图片。",
     },
-    pb.MODEL_ERROR_CODE_RATE_LIMITED: {
+    ModelErrorCode.RATE_LIMITED: {
         "en": "The model provider is receiving too many requests right now. Please try again in a moment.",
         "zh": "模型服务当前请求过多，已被限流，请稍后再试。",
     },
-    pb.MODEL_ERROR_CODE_QUOTA_EXHAUSTED: {
+    ModelErrorCode.QUOTA_EXHAUSTED: {
         "en": "The model provider account has run out of quota or balance. "
         "Ask an administrator to top it up.",
         "zh": "模型服务账户额度或余额不足，请联系管理员充值。",
     },
-    pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED: {
+    ModelErrorCode.AUTHENTICATION_FAILED: {
         "en": "The model provider rejected the API key of model {model}. Ask an administrator to update it.",
         "zh": "模型服务拒绝了模型 {model} 的 API Key，请联系管理员更新。",
     },
-    pb.MODEL_ERROR_CODE_TIMEOUT: {
+    ModelErrorCode.TIMEOUT: {
         "en": "The model did not answer in time. Please try again.",
         "zh": "模型响应超时，请重试。",
     },
-    pb.MODEL_ERROR_CODE_MODEL_UNAVAILABLE: {
+    ModelErrorCode.MODEL_UNAVAILABLE: {
         "en": "The model {model} is unavailable at the moment. Try again later or choose another model.",
         "zh": "模型 {model} 暂时不可用，请稍后再试或更换模型。",
     },
-    pb.MODEL_ERROR_CODE_CONTENT_FILTERED: {
+    ModelErrorCode.CONTENT_FILTERED: {
         "en": "The model provider's content safety filter rejected this request. Please rephrase it.",
         "zh": "内容未通过模型服务的安全审核，请修改后重试。",
     },
-    pb.MODEL_ERROR_CODE_NO_MODEL_CONFIGURED: {
+    ModelErrorCode.NO_MODEL_CONFIGURED: {
         "en": "No {type} model is configured. Add one (POST /api/v1/models) and make it the default "
         "(PUT /api/v1/models/defaults/{type}), or set KS_MODELHUB_{TYPE}_PROVIDER and "
         "KS_MODELHUB_{TYPE}_MODEL.",
@@ -70,19 +68,19 @@ MESSAGES: dict[Code, dict[str, str]] = {
         "并设为默认（PUT /api/v1/models/defaults/{type}），"
         "或设置环境变量 KS_MODELHUB_{TYPE}_PROVIDER 和 KS_MODELHUB_{TYPE}_MODEL。",
     },
-    pb.MODEL_ERROR_CODE_WRONG_MODEL_TYPE: {
+    ModelErrorCode.WRONG_MODEL_TYPE: {
         "en": "Model {model} cannot be used for {type}; it is registered for {types}.",
         "zh": "模型 {model} 不支持{type}，它登记的类型是 {types}。",
     },
-    pb.MODEL_ERROR_CODE_INVALID_INPUT: {
+    ModelErrorCode.INVALID_INPUT: {
         "en": "Invalid request: {reason}",
         "zh": "请求无效：{reason}",
     },
-    pb.MODEL_ERROR_CODE_MODEL_NOT_FOUND: {
+    ModelErrorCode.MODEL_NOT_FOUND: {
         "en": "Model {model} does not exist.",
         "zh": "模型 {model} 不存在。",
     },
-    pb.MODEL_ERROR_CODE_PROVIDER_ERROR: {
+    ModelErrorCode.PROVIDER_ERROR: {
         "en": "The model provider returned an error. "
         "Please try again; if it persists, tell an administrator.",
         "zh": "模型服务返回错误，请重试；如持续出现，请联系管理员。",
@@ -95,7 +93,7 @@ class ModelError(Exception):
 
     def __init__(
         self,
-        code: Code,
+        code: ModelErrorCode,
         detail: str,
         *,
         field: str = "",
@@ -115,14 +113,14 @@ class ModelError(Exception):
 
     @property
     def code_name(self) -> str:
-        return pb.ModelErrorCode.Name(self.code).removeprefix("MODEL_ERROR_CODE_").lower()
+        return self.code.value
 
     @property
     def grpc_status(self) -> grpc.StatusCode:
         return GRPC_STATUS.get(self.code, grpc.StatusCode.INTERNAL)
 
     def user_message(self, language: str = "en") -> str:
-        table = MESSAGES.get(self.code, MESSAGES[pb.MODEL_ERROR_CODE_PROVIDER_ERROR])
+        table = MESSAGES.get(self.code, MESSAGES[ModelErrorCode.PROVIDER_ERROR])
         template = table["zh"] if language.lower().startswith("zh") else table["en"]
         values = {"model": self.model_id or "?", "type": "", "TYPE": "", "types": "", "reason": self.detail}
         values.update({k: str(v) for k, v in self.params.items()})
@@ -136,3 +134,13 @@ class ModelError(Exception):
         self.model_id = self.model_id or model_id
         self.provider_id = self.provider_id or provider_id
         return self
+
+
+def invalid_input(field: str, reason: str) -> ModelError:
+    """INVALID_INPUT about one field of a request; the user reads "Invalid request: <field>: <reason>"."""
+    return ModelError(ModelErrorCode.INVALID_INPUT, reason, field=field, reason=f"{field}: {reason}")
+
+
+def invalid_field(field: str, message: str) -> ModelError:
+    """INVALID_INPUT whose ``message`` names the field itself ("display_name must be 1–200 …")."""
+    return ModelError(ModelErrorCode.INVALID_INPUT, message, field=field)

@@ -14,18 +14,19 @@ call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Literal
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere_modelhub.domain.records import ASR, EMBEDDING, KNOWLEDGE_QA, RERANK, VLM
+from knowsphere.modelhub.v1.modelhub_enums import ImageInputFormat, ModelType
+from knowsphere_contracts.convert import message_from
+from knowsphere_modelhub.domain.records import in_proto_order
 
 ApiStyle = Literal["openai", "anthropic", "local"]
 RerankShape = Literal["jina", "dashscope"]
 AuthStyle = Literal["bearer", "x-api-key", "none"]
 
-URL_OR_DATA_URL = pb.IMAGE_INPUT_FORMAT_URL_OR_DATA_URL
-BASE64_ONLY = pb.IMAGE_INPUT_FORMAT_BASE64_ONLY
-NO_IMAGES = pb.IMAGE_INPUT_FORMAT_UNSPECIFIED
+URL_OR_DATA_URL = ImageInputFormat.URL_OR_DATA_URL
+BASE64_ONLY = ImageInputFormat.BASE64_ONLY
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,16 @@ class ProviderSpec:
     Paths are appended to the model's base URL (or :attr:`default_base_url`), except
     :attr:`rerank_path` when :attr:`rerank_from_origin` is set: then it is appended to the scheme and
     host of the base URL (DashScope serves rerank on its native API, beside the compatible mode).
+    The defaults describe the common row: an OpenAI-compatible API that takes a key.
     """
 
     id: str
     display_name: str
     default_base_url: str
     docs_url: str
-    api_style: ApiStyle
-    model_types: frozenset[int]
-    requires_api_key: bool
+    model_types: frozenset[ModelType]
+    api_style: ApiStyle = "openai"
+    requires_api_key: bool = True
     local: bool = False
     auth_style: AuthStyle = "bearer"
     # Chat
@@ -66,7 +68,7 @@ class ProviderSpec:
     cache_breakpoints: bool = False
     max_cache_breakpoints: int = 0
     cached_token_usage: bool = False
-    image_input: int = NO_IMAGES
+    image_input: ImageInputFormat | None = None  # None: takes no images
     content_arrays: bool = True  # accepts ``content`` as a list of parts (DeepSeek takes strings only)
     stream_usage_option: bool = False  # accepts ``stream_options: {include_usage: true}``
     max_tokens_field: str = "max_tokens"
@@ -83,12 +85,12 @@ class ProviderSpec:
     def openai_compatible(self) -> bool:
         return self.api_style == "openai"
 
-    def offers(self, model_type: int) -> bool:
+    def offers(self, model_type: ModelType) -> bool:
         return model_type in self.model_types
 
 
-_CHAT = frozenset({KNOWLEDGE_QA})
-_CHAT_VISION = frozenset({KNOWLEDGE_QA, VLM})
+_CHAT = frozenset({ModelType.KNOWLEDGE_QA})
+_CHAT_VISION = frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM})
 
 _SPECS: tuple[ProviderSpec, ...] = (
     ProviderSpec(
@@ -96,9 +98,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="SiliconFlow",
         default_base_url="https://api.siliconflow.cn/v1",
         docs_url="https://docs.siliconflow.cn/",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, RERANK, KNOWLEDGE_QA, VLM, ASR}),
-        requires_api_key=True,
+        model_types=frozenset(ModelType),
         # Logprobs and json_schema are not documented for the chat endpoint; stream_options is not
         # documented either (usage arrives in the stream chunks anyway).
         image_input=URL_OR_DATA_URL,
@@ -112,9 +112,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="OpenAI",
         default_base_url="https://api.openai.com/v1",
         docs_url="https://platform.openai.com/docs/api-reference",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM, ASR}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM, ModelType.ASR}),
         logprobs=True,
         max_top_logprobs=20,
         json_schema_output=True,
@@ -131,9 +129,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Alibaba Cloud Model Studio (DashScope)",
         default_base_url="https://dashscope.aliyuncs.com/compatible-mode/v1",
         docs_url="https://help.aliyun.com/zh/model-studio/",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, RERANK, KNOWLEDGE_QA, VLM}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.RERANK, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # Logprobs are documented for some Qwen models only, and explicit cache_control for a few
         # recent ones: both conservative (off). Speech recognition (Paraformer) is a native async
         # API, not /audio/transcriptions, so ASR is not offered here.
@@ -150,9 +146,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Zhipu AI (BigModel)",
         default_base_url="https://open.bigmodel.cn/api/paas/v4",
         docs_url="https://docs.bigmodel.cn/",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # tool_choice documents "auto" only; stream_options is not documented (usage comes in the
         # last chunk). Its rerank endpoint is newer and not verified here, so it is not offered.
         tool_choice_required=False,
@@ -165,9 +159,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="DeepSeek",
         default_base_url="https://api.deepseek.com",
         docs_url="https://api-docs.deepseek.com/",
-        api_style="openai",
         model_types=_CHAT,
-        requires_api_key=True,
         # deepseek-chat returns logprobs (top_logprobs ≤ 20); deepseek-reasoner rejects the parameter
         # with 400, which the adapter reports as "no logprobs" and Decide answers by JSON instead.
         logprobs=True,
@@ -181,9 +173,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Moonshot AI (Kimi)",
         default_base_url="https://api.moonshot.cn/v1",
         docs_url="https://platform.moonshot.cn/docs",
-        api_style="openai",
         model_types=_CHAT_VISION,
-        requires_api_key=True,
         # Kimi rejects "required" tool choice and image URLs (base64 data URLs only); usage comes
         # inside the last choice, so stream_options is not sent. Logprobs are not documented.
         tool_choice_required=False,
@@ -195,9 +185,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Volcengine Ark (Doubao)",
         default_base_url="https://ark.cn-beijing.volces.com/api/v3",
         docs_url="https://www.volcengine.com/docs/82379",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # Logprobs and json_schema are documented for some Doubao models only: conservative (off).
         cached_token_usage=True,
         image_input=URL_OR_DATA_URL,
@@ -209,9 +197,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Tencent Hunyuan",
         default_base_url="https://api.hunyuan.cloud.tencent.com/v1",
         docs_url="https://cloud.tencent.com/document/product/1729/111007",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # stream_options, logprobs and json_schema are not documented for the compatible API.
         image_input=URL_OR_DATA_URL,
         embeddings_path="/embeddings",
@@ -221,9 +207,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Baidu Qianfan",
         default_base_url="https://qianfan.baidubce.com/v2",
         docs_url="https://cloud.baidu.com/doc/qianfan-api/index.html",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # The v2 rerank endpoint's shape was not verified here, so rerank is not offered;
         # stream_options and logprobs are conservative (off).
         image_input=URL_OR_DATA_URL,
@@ -234,9 +218,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="OpenRouter",
         default_base_url="https://openrouter.ai/api/v1",
         docs_url="https://openrouter.ai/docs",
-        api_style="openai",
         model_types=_CHAT_VISION,
-        requires_api_key=True,
         # Logprobs and json_schema depend on the routed model: conservative (off). cache_control on
         # content parts is documented (used by Anthropic and Gemini models, ignored by others).
         cache_breakpoints=True,
@@ -249,9 +231,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Jina AI",
         default_base_url="https://api.jina.ai/v1",
         docs_url="https://jina.ai/embeddings/",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, RERANK}),
-        requires_api_key=True,
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.RERANK}),
         chat_path=None,
         tool_calls=False,
         json_object_output=False,
@@ -268,7 +248,6 @@ _SPECS: tuple[ProviderSpec, ...] = (
         docs_url="https://docs.anthropic.com/en/api/messages",
         api_style="anthropic",
         model_types=_CHAT_VISION,
-        requires_api_key=True,
         auth_style="x-api-key",
         chat_path="/v1/messages",
         json_object_output=False,  # no response_format; Decide's JSON path asks in the prompt
@@ -283,8 +262,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Ollama",
         default_base_url="http://127.0.0.1:11434/v1",
         docs_url="https://docs.ollama.com/api/openai-compatibility",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, KNOWLEDGE_QA, VLM}),
+        model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         requires_api_key=False,
         local=True,
         auth_style="none",
@@ -298,8 +276,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         display_name="Custom OpenAI-compatible endpoint",
         default_base_url="",
         docs_url="https://platform.openai.com/docs/api-reference/chat",
-        api_style="openai",
-        model_types=frozenset({EMBEDDING, RERANK, KNOWLEDGE_QA, VLM, ASR}),
+        model_types=frozenset(ModelType),
         requires_api_key=False,
         # Unknown server (vLLM, llama.cpp, Xinference, a gateway …): only the common core is
         # assumed; rerank in the Jina shape that vLLM and Xinference serve.
@@ -315,7 +292,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         default_base_url="",
         docs_url="",
         api_style="local",
-        model_types=frozenset({EMBEDDING}),
+        model_types=frozenset({ModelType.EMBEDDING}),
         requires_api_key=False,
         local=True,
         auth_style="none",
@@ -330,21 +307,5 @@ PROVIDERS: dict[str, ProviderSpec] = {spec.id: spec for spec in _SPECS}
 
 def to_proto(spec: ProviderSpec) -> pb.Provider:
     """The table row as the ``ListProviders`` API shows it."""
-    return pb.Provider(
-        id=spec.id,
-        display_name=spec.display_name,
-        default_base_url=spec.default_base_url,
-        docs_url=spec.docs_url,
-        capabilities=pb.ProviderCapabilities(
-            model_types=cast(Any, sorted(spec.model_types)),
-            logprobs=spec.logprobs,
-            cache_breakpoints=spec.cache_breakpoints,
-            cached_token_usage=spec.cached_token_usage,
-            tool_calls=spec.tool_calls,
-            json_schema_output=spec.json_schema_output,
-            image_input=cast(Any, spec.image_input),
-            local=spec.local,
-            requires_api_key=spec.requires_api_key,
-            openai_compatible=spec.openai_compatible,
-        ),
-    )
+    capabilities = message_from(pb.ProviderCapabilities, spec, model_types=in_proto_order(spec.model_types))
+    return message_from(pb.Provider, spec, capabilities=capabilities)

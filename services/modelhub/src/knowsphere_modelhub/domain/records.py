@@ -1,28 +1,23 @@
 """What the registry stores and what a model call is aimed at.
 
-Model types are the proto enum values of ``knowsphere.modelhub.v1.ModelType`` (ints), so records,
-storage and the API agree without a second enum.
+Model types are the generated :class:`~knowsphere.modelhub.v1.modelhub_enums.ModelType` (the proto
+enum as strings: ``knowledge_qa``), so records, storage, messages and the API agree without a second
+vocabulary; :meth:`ModelType.to_proto` and :meth:`ModelType.from_number` cross the proto boundary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-
-EMBEDDING = pb.MODEL_TYPE_EMBEDDING
-RERANK = pb.MODEL_TYPE_RERANK
-KNOWLEDGE_QA = pb.MODEL_TYPE_KNOWLEDGE_QA
-VLM = pb.MODEL_TYPE_VLM
-ASR = pb.MODEL_TYPE_ASR
-MODEL_TYPES = (EMBEDDING, RERANK, KNOWLEDGE_QA, VLM, ASR)
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 
 
-def type_name(model_type: int) -> str:
-    """``MODEL_TYPE_KNOWLEDGE_QA`` → ``knowledge_qa`` (for messages, settings and storage)."""
-    return pb.ModelType.Name(model_type).removeprefix("MODEL_TYPE_").lower()
+def in_proto_order(types: Iterable[ModelType]) -> list[ModelType]:
+    """``types`` in proto number order (embedding, rerank, knowledge_qa, vlm, asr), as lists show them."""
+    return sorted(types, key=lambda model_type: model_type.number)
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,7 @@ class ModelRecord:
     display_name: str
     provider_id: str
     model_name: str
-    types: frozenset[int]
+    types: frozenset[ModelType]
     base_url: str
     parameters: ModelParams
     api_key_ciphertext: str | None
@@ -67,4 +62,4 @@ class CallTarget:
     base_url: str
     api_key: str | None = field(repr=False)
     parameters: ModelParams
-    types: frozenset[int]
+    types: frozenset[ModelType]

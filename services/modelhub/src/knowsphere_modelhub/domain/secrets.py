@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from knowsphere_modelhub.adapters.ports import StoredKey
+from knowsphere_modelhub.domain.ports import StoredKey
 
 TOKEN_VERSION = "v1"
 # Fixed HKDF inputs: changing either changes every derived key (and so every key id).

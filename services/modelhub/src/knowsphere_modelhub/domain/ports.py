@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
+from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_modelhub.domain.records import CallTarget, ModelRecord
 
 
@@ -26,7 +27,7 @@ class Page:
 @dataclass(frozen=True)
 class Usage:
     model_id: str
-    consumer_kind: int  # pb.ModelConsumerKind value
+    consumer_kind: ModelConsumerKind | None  # None: not given (the registry refuses it)
     consumer_id: str
     consumer_name: str
 
@@ -63,7 +64,7 @@ class ModelStore(Protocol):
         self,
         tenant_id: str,
         *,
-        model_type: int | None,
+        model_type: ModelType | None,
         provider_id: str | None,
         page_size: int,
         page_token: str,
@@ -75,16 +76,18 @@ class ModelStore(Protocol):
 
     async def upsert_builtin(self, record: ModelRecord) -> None: ...
 
-    async def set_default(self, tenant_id: str, model_type: int, model_id: str) -> None: ...
+    async def set_default(self, tenant_id: str, model_type: ModelType, model_id: str) -> None: ...
 
-    async def get_default(self, tenant_id: str, model_type: int) -> str | None: ...
+    async def get_default(self, tenant_id: str, model_type: ModelType) -> str | None: ...
 
-    async def defaults_of(self, tenant_id: str, model_id: str) -> builtins.list[int]: ...
+    async def defaults_of(self, tenant_id: str, model_id: str) -> builtins.list[ModelType]:
+        """The types the model is the tenant's default for, in proto number order."""
+        ...
 
     async def put_usage(self, tenant_id: str, usage: Usage) -> None: ...
 
     async def delete_usage(
-        self, tenant_id: str, model_id: str, consumer_kind: int, consumer_id: str
+        self, tenant_id: str, model_id: str, consumer_kind: ModelConsumerKind, consumer_id: str
     ) -> bool: ...
 
     async def list_usages(self, tenant_id: str, model_id: str) -> builtins.list[Usage]: ...
@@ -131,7 +134,9 @@ class ProviderAdapter(Protocol):
         """Top alternatives for the first generated token (Decide's logprobs path)."""
         ...
 
-    async def embed(self, target: CallTarget, texts: Sequence[str], input_type: int) -> EmbedResult: ...
+    async def embed(self, target: CallTarget, texts: Sequence[str], input_type: int) -> EmbedResult:
+        """Unit vectors in input order; ``input_type`` is the request's EmbedInputType number."""
+        ...
 
     async def rerank(
         self, target: CallTarget, query: str, documents: Sequence[str], top_n: int
