@@ -8,6 +8,7 @@ changes, then asked again.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,10 +22,9 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import ModelHubClient, RetrievalClient, errors
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_runtime.identity import Identity, bound_identity, bound_language, require_identity
-from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
+from knowsphere_runtime.rpc.testing import serving
 
 ALICE = Identity("acme", "alice")
 BOB = Identity("globex", "bob")
@@ -85,27 +85,12 @@ class FakeRetrieval:
 
 @pytest.fixture
 async def connect() -> AsyncIterator[Callable[[str, object], Awaitable[grpc.aio.Channel]]]:
-    servers: list[GrpcServer] = []
-    channels: list[grpc.aio.Channel] = []
+    async with contextlib.AsyncExitStack() as stack:
 
-    async def start(service: str, servicer: object) -> grpc.aio.Channel:
-        server = GrpcServer(
-            name="test",
-            bind="127.0.0.1:0",
-            bindings=[bind_service(CONTRACTS[service].descriptor, servicer, pending="")],
-            grace=0.5,
-        )
-        await server.start()
-        servers.append(server)
-        channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS[service].descriptor])
-        channels.append(channel)
-        return channel
+        async def start(service: str, servicer: object) -> grpc.aio.Channel:
+            return await stack.enter_async_context(serving(service, servicer))
 
-    yield start
-    for channel in channels:
-        await channel.close()
-    for server in servers:
-        await server.stop(0)
+        yield start
 
 
 async def test_a_refused_field_arrives_as_a_typed_error_naming_the_field(connect: Any) -> None:

@@ -20,14 +20,13 @@ from faststream.nats.annotations import NatsMessage
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import RetrievalClient
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
 from knowsphere_conversation.domain.turns import TURN_FAILED, TurnRunner
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, require_identity
-from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
+from knowsphere_runtime.rpc.testing import serving
 
 TOP_K = 3
 # Knowledge base ids on which the fake retrieval fails with a code the turn names.
@@ -60,17 +59,8 @@ class FakeRetrieval:
 @pytest.fixture
 async def retrieval() -> AsyncIterator[tuple[FakeRetrieval, RetrievalClient]]:
     fake = FakeRetrieval()
-    server = GrpcServer(
-        name="test",
-        bind="127.0.0.1:0",
-        bindings=[bind_service(CONTRACTS["retrieval"].descriptor, fake, pending="")],
-        grace=0.5,
-    )
-    await server.start()
-    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["retrieval"].descriptor])
-    yield fake, RetrievalClient(channel)
-    await channel.close()
-    await server.stop(0)
+    async with serving("retrieval", fake) as channel:
+        yield fake, RetrievalClient(channel)
 
 
 async def turn(client: RetrievalClient, *knowledge_base_ids: str) -> list[ChatTurnEvent]:

@@ -3,6 +3,7 @@ real clients, and the gateway's app over them, driven through its ASGI interface
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -13,12 +14,11 @@ from fastapi import FastAPI
 
 from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
-from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
+from knowsphere_runtime.rpc.testing import serving
 
 DEFAULT_IDENTITY = Identity("t1", "u1")
 
@@ -29,27 +29,12 @@ Serve = Callable[[str, object], Awaitable[grpc.aio.Channel]]
 async def serve() -> AsyncIterator[Serve]:
     """``await serve(service, servicer)``: a channel to ``servicer`` answering as ``service`` (methods it
     lacks answer UNIMPLEMENTED)."""
-    servers: list[GrpcServer] = []
-    channels: list[grpc.aio.Channel] = []
+    async with contextlib.AsyncExitStack() as stack:
 
-    async def start(service: str, servicer: object) -> grpc.aio.Channel:
-        server = GrpcServer(
-            name="test",
-            bind="127.0.0.1:0",
-            bindings=[bind_service(CONTRACTS[service].descriptor, servicer, pending="the test's fake")],
-            grace=0.5,
-        )
-        await server.start()
-        servers.append(server)
-        channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS[service].descriptor])
-        channels.append(channel)
-        return channel
+        async def start(service: str, servicer: object) -> grpc.aio.Channel:
+            return await stack.enter_async_context(serving(service, servicer))
 
-    yield start
-    for channel in channels:
-        await channel.close()
-    for server in servers:
-        await server.stop(0)
+        yield start
 
 
 class Nothing:

@@ -26,7 +26,7 @@ from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.identity import Identity, bound_identity
-from knowsphere_runtime.rpc import GrpcServer, open_channel
+from knowsphere_runtime.rpc.testing import serving
 from knowsphere_telemetry.langfuse import NoopLlmObserver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,13 +59,9 @@ async def hub(tmp_path, provider) -> AsyncIterator[tuple[object, ScriptedProvide
     http = ProviderHttp.from_settings(settings)
     adapters = {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}
     binding = build_binding(registry, adapters, settings, NoopLlmObserver())
-    server = GrpcServer(name="modelhub", bind="127.0.0.1:0", bindings=[binding], grace=1)
-    await server.start()
-    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["modelhub"].descriptor])
-    provider.reset()
-    yield CONTRACTS["modelhub"].stub(channel), provider
-    await channel.close()
-    await server.stop(0)
+    async with serving("modelhub", binding=binding) as channel:
+        provider.reset()
+        yield CONTRACTS["modelhub"].stub(channel), provider
     await http.close()
     await store.close()
 

@@ -29,7 +29,7 @@ from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, current_identity
-from knowsphere_runtime.rpc import GrpcServer, open_channel
+from knowsphere_runtime.rpc.testing import serving
 from knowsphere_telemetry.langfuse import NoopLlmObserver
 
 ACME = Identity("acme", "alice")
@@ -56,14 +56,10 @@ async def modelhub(tmp_path: Path, changes: ModelChanges | None) -> AsyncIterato
     await verify_master_key(store, keyring)
     registry = Registry(store, keyring, PROVIDERS, {})
     binding = build_binding(registry, {}, settings, NoopLlmObserver(), changes=changes)
-    server = GrpcServer(name="modelhub", bind="127.0.0.1:0", bindings=[binding], grace=1)
-    await server.start()
-    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["modelhub"].descriptor])
     try:
-        yield CONTRACTS["modelhub"].stub(channel)
+        async with serving("modelhub", binding=binding) as channel:
+            yield CONTRACTS["modelhub"].stub(channel)
     finally:
-        await channel.close()
-        await server.stop(0)
         await store.close()
 
 

@@ -28,7 +28,7 @@ from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.domain.search import Searcher
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.identity import Identity, bound_identity
-from knowsphere_runtime.rpc import GrpcServer, open_channel
+from knowsphere_runtime.rpc.testing import serving
 
 ACME = Identity("acme", "alice")
 MODEL = "toy-model"
@@ -87,19 +87,15 @@ async def retrieval(tmp_path: Path) -> AsyncIterator[Any]:
     searcher = Searcher(vectors=vectors, lexical=lexical, chunks=chunks, models=models)
     binding = build_binding(settings=settings, stores=stores, searcher=searcher, models=models)
     assert binding.pending == ()  # every method of the contract is implemented by one part
-    server = GrpcServer(name="retrieval-test", bind="127.0.0.1:0", bindings=[binding], grace=0.5)
-    await server.start()
-    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["retrieval"].descriptor])
-    with bound_identity(ACME):
-        stub = CONTRACTS["retrieval"].stub(channel)
-        await stub.ConfigureKnowledgeBase(
-            pb.ConfigureKnowledgeBaseRequest(
-                knowledge_base_id="kb", embedding_model_id=MODEL, embedding_dimension=8
+    async with serving("retrieval", binding=binding) as channel:
+        with bound_identity(ACME):
+            stub = CONTRACTS["retrieval"].stub(channel)
+            await stub.ConfigureKnowledgeBase(
+                pb.ConfigureKnowledgeBaseRequest(
+                    knowledge_base_id="kb", embedding_model_id=MODEL, embedding_dimension=8
+                )
             )
-        )
-        yield stub
-    await channel.close()
-    await server.stop(0)
+            yield stub
     await lexical.close()
     await vectors.close()
     await chunks.close()

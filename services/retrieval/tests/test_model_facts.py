@@ -21,11 +21,10 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_clients import ModelHubClient
 from knowsphere_contracts.events import ModelChange, ModelChanged
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_retrieval.api.bus import MODELHUB, build_bus
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity, require_identity
-from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
+from knowsphere_runtime.rpc.testing import serving
 
 ACME = Identity("acme", "admin")
 GLOBEX = Identity("globex", "admin")
@@ -73,17 +72,8 @@ class WatchedClient(ModelHubClient):
 @pytest.fixture
 async def modelhub() -> AsyncIterator[tuple[ScriptedModelHub, WatchedClient]]:
     hub = ScriptedModelHub()
-    server = GrpcServer(
-        name="modelhub-test",
-        bind="127.0.0.1:0",
-        bindings=[bind_service(CONTRACTS["modelhub"].descriptor, hub, pending="")],
-        grace=0.5,
-    )
-    await server.start()
-    channel = open_channel(f"127.0.0.1:{server.port}", services=[CONTRACTS["modelhub"].descriptor])
-    yield hub, WatchedClient(channel)
-    await channel.close()
-    await server.stop(0)
+    async with serving("modelhub", hub) as channel:
+        yield hub, WatchedClient(channel)
 
 
 def changed(model_id: str, change: ModelChange, *types: str) -> dict[str, Any]:
