@@ -9,7 +9,7 @@ import pytest
 
 from knowsphere_contracts.vocabulary import MAX_ENTITY_NAME_CHARS, normalise_entity_name
 from knowsphere_ingestion.domain.chunking import HeuristicTokenCounter
-from knowsphere_ingestion.domain.graph_extraction import (
+from knowsphere_ingestion.domain.graph import (
     DEFAULT_ENTITY_TYPES,
     ChunkText,
     ExtractedEntity,

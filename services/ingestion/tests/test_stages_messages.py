@@ -19,7 +19,7 @@ from knowsphere_clients.errors import (
 )
 from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion.domain.chunking import ChunkDraft
-from knowsphere_ingestion.domain.graph_extraction import ExtractedEntity, ExtractedRelation
+from knowsphere_ingestion.domain.graph import ExtractedEntity, ExtractedRelation
 from knowsphere_ingestion.domain.records import Document
 from knowsphere_ingestion.parsing.errors import ParseErrorCode
 from knowsphere_ingestion.stages.errors import FailureCode, from_service, permanent, retryable

@@ -15,7 +15,7 @@ import structlog
 
 from knowsphere_clients.errors import ServiceError
 from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage
-from knowsphere_ingestion.domain import graph_extraction as gx
+from knowsphere_ingestion.domain import graph as gx
 from knowsphere_ingestion.domain.records import Document, Failure
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.engine import Stage, current_documents

@@ -13,7 +13,7 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.convert import message_from
 from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion.domain.chunking import ChunkDraft
-from knowsphere_ingestion.domain.graph_extraction import ExtractedEntity, ExtractedRelation
+from knowsphere_ingestion.domain.graph import ExtractedEntity, ExtractedRelation
 from knowsphere_ingestion.domain.records import Document
 
 DOCUMENT_METADATA_PREFIX = "doc."
