@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, select, update
+from sqlalchemy import Update, and_, bindparam, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -44,6 +44,16 @@ __all__ = [
     "decode_page_token",
     "encode_page_token",
 ]
+
+
+def _while_run_current(tenant: str) -> Update:
+    """An UPDATE of the document bound as ``b_id`` while ``b_run`` is its current ingest run, for an
+    executemany with one parameter set per document."""
+    return update(documents).where(
+        documents.c.tenant_id == tenant,
+        documents.c.id == bindparam("b_id"),
+        documents.c.ingest_run_id == bindparam("b_run"),
+    )
 
 
 class DuplicateName(Exception):
@@ -253,13 +263,8 @@ class IngestionStore(SqlDatabase):
         if not entries:
             return
         statement = (
-            update(documents)
-            .where(
-                documents.c.tenant_id == tenant,
-                documents.c.id == bindparam("b_id"),
-                documents.c.ingest_run_id == bindparam("b_run"),
-                documents.c.deleting.is_(False),
-            )
+            _while_run_current(tenant)
+            .where(documents.c.deleting.is_(False))
             .values(status=status_value(status), progress=bindparam("b_progress"), update_time=now())
         )
         rows = [
@@ -283,18 +288,10 @@ class IngestionStore(SqlDatabase):
         stage_name = stage_value(stage)
         runs = {document_id: run_id for document_id, run_id, _, _ in entries}
         columns = sorted(document_columns(entries[0][3]))
-        statement = (
-            update(documents)
-            .where(
-                documents.c.tenant_id == tenant,
-                documents.c.id == bindparam("b_id"),
-                documents.c.ingest_run_id == bindparam("b_run"),
-            )
-            .values(
-                stage_seconds=bindparam("b_stage_seconds"),
-                update_time=now(),
-                **{name: bindparam(f"b_{name}") for name in columns},
-            )
+        statement = _while_run_current(tenant).values(
+            stage_seconds=bindparam("b_stage_seconds"),
+            update_time=now(),
+            **{name: bindparam(f"b_{name}") for name in columns},
         )
         async with self.engine.begin() as conn:
             found = await conn.execute(

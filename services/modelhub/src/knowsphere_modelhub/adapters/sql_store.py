@@ -14,6 +14,7 @@ import base64
 import binascii
 import builtins
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,9 +44,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_modelhub.domain.ports import ModelReferenced, Page, StoredKey, Usage
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, in_proto_order
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
+from knowsphere_sqlstore import AnyRow, SqlDatabase, UtcDateTime, record_from_row, row_from
 
-# How long a SQLite writer waits for another writer's lock before failing.
 PAGE_TOKEN_VERSION = 1
 TYPE_SEPARATOR = ","
 
@@ -100,19 +100,9 @@ settings = Table(
     Column("value", Text, nullable=False),
 )
 
-# Columns an update or a built-in upsert may change (never id, tenant, builtin or create_time).
-_MUTABLE = (
-    "display_name",
-    "provider_id",
-    "model_name",
-    "types",
-    "base_url",
-    "parameters",
-    "api_key_ciphertext",
-    "api_key_hint",
-    "description",
-    "update_time",
-)
+# Columns an update or a built-in upsert may change: all but these.
+_IMMUTABLE = frozenset({"id", "tenant_id", "builtin", "create_time"})
+_MUTABLE = tuple(column.name for column in models.columns if column.name not in _IMMUTABLE)
 
 # Built-in rows sort before the tenant's own.
 _rank = case((models.c.tenant_id == "", 0), else_=1)
@@ -127,67 +117,25 @@ def _types_from_text(text: str) -> frozenset[ModelType]:
 
 
 def _params_json(params: ModelParams) -> str:
-    data: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("temperature", params.temperature),
-            ("max_tokens", params.max_tokens),
-            ("context_window", params.context_window),
-            ("embedding_dimension", params.embedding_dimension),
-        )
-        if value is not None
-    }
-    if params.extra:
-        data["extra"] = params.extra
+    # Only the parameters that are set: unset ones (None) and no extras leave no key.
+    data = {key: value for key, value in asdict(params).items() if value is not None and value != {}}
     return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
 
 def _params_from_json(text: str) -> ModelParams:
     data = json.loads(text) if text else {}
-    return ModelParams(
-        temperature=data.get("temperature"),
-        max_tokens=data.get("max_tokens"),
-        context_window=data.get("context_window"),
-        embedding_dimension=data.get("embedding_dimension"),
-        extra=dict(data.get("extra") or {}),
-    )
+    return record_from_row(ModelParams, data, extra=dict(data.get("extra") or {}))
 
 
 def _row(record: ModelRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "tenant_id": record.tenant_id,
-        "display_name": record.display_name,
-        "provider_id": record.provider_id,
-        "model_name": record.model_name,
-        "types": _types_text(record.types),
-        "base_url": record.base_url,
-        "parameters": _params_json(record.parameters),
-        "api_key_ciphertext": record.api_key_ciphertext,
-        "api_key_hint": record.api_key_hint,
-        "builtin": record.builtin,
-        "description": record.description,
-        "create_time": record.create_time,
-        "update_time": record.update_time,
-    }
+    return row_from(
+        models, record, types=_types_text(record.types), parameters=_params_json(record.parameters)
+    )
 
 
-def _record(row: Any) -> ModelRecord:
-    return ModelRecord(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        display_name=row.display_name,
-        provider_id=row.provider_id,
-        model_name=row.model_name,
-        types=_types_from_text(row.types),
-        base_url=row.base_url,
-        parameters=_params_from_json(row.parameters),
-        api_key_ciphertext=row.api_key_ciphertext,
-        api_key_hint=row.api_key_hint,
-        builtin=bool(row.builtin),
-        description=row.description,
-        create_time=row.create_time,
-        update_time=row.update_time,
+def _record(row: AnyRow) -> ModelRecord:
+    return record_from_row(
+        ModelRecord, row, types=_types_from_text(row.types), parameters=_params_from_json(row.parameters)
     )
 
 
@@ -374,12 +322,13 @@ class SqlModelStore(SqlDatabase):
 
     async def put_usage(self, tenant_id: str, usage: Usage) -> None:
         statement = self.insert(model_usages).values(
-            tenant_id=tenant_id,
-            model_id=usage.model_id,
-            consumer_kind=_kind_number(usage.consumer_kind),
-            consumer_id=usage.consumer_id,
-            consumer_name=usage.consumer_name,
-            create_time=datetime.now(UTC),
+            row_from(
+                model_usages,
+                usage,
+                tenant_id=tenant_id,
+                consumer_kind=_kind_number(usage.consumer_kind),
+                create_time=datetime.now(UTC),
+            )
         )
         statement = statement.on_conflict_do_update(
             index_elements=[
@@ -415,12 +364,7 @@ class SqlModelStore(SqlDatabase):
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [
-            Usage(
-                row.model_id,
-                ModelConsumerKind.from_number(row.consumer_kind),
-                row.consumer_id,
-                row.consumer_name,
-            )
+            record_from_row(Usage, row, consumer_kind=ModelConsumerKind.from_number(row.consumer_kind))
             for row in rows
         ]
 
@@ -441,16 +385,17 @@ class SqlModelStore(SqlDatabase):
 
     async def list_api_keys(self) -> builtins.list[StoredKey]:
         query = (
-            select(models.c.tenant_id, models.c.id, models.c.api_key_ciphertext)
+            select(
+                models.c.tenant_id,
+                models.c.id.label("model_id"),
+                models.c.api_key_ciphertext.label("ciphertext"),
+            )
             .where(models.c.api_key_ciphertext.is_not(None))
             .order_by(models.c.id)
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [
-            StoredKey(tenant_id=row.tenant_id, model_id=row.id, ciphertext=row.api_key_ciphertext)
-            for row in rows
-        ]
+        return [record_from_row(StoredKey, row) for row in rows]
 
     async def replace_api_key(self, model_id: str, old_ciphertext: str, new_ciphertext: str) -> bool:
         statement = (

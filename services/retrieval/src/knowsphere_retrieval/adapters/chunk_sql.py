@@ -1,50 +1,47 @@
 """The chunk store on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) by default, PostgreSQL (asyncpg).
 
-Tables, all keyed by tenant first so that every statement filters by it:
-
-- ``chunks`` (tenant, chunk id) → knowledge base, document, file name, text, parent id, position,
-  heading path (JSON), page, metadata (JSON), ingest run id, token count, index time;
-- ``parents`` (tenant, parent id) → text, stored once however many chunks share it, removed with the
-  last chunk that refers to it;
-- ``documents`` (tenant, document id) → the metadata ingestion pushes (PutDocumentInfo). Counts are
-  computed from ``chunks`` on read, so they cannot drift.
-
-Writes are upserts by key; a re-sent chunk that did not change is not rewritten (its index time stays).
-``grep`` streams the scope's chunks in reading order in pages, pre-filtered in SQL by a literal every
-match must contain when the pattern has one, and runs RE2 in a worker thread.
+The queries. The tables are in ``chunk_sql_tables``; what may be stored and how records become rows
+and back in ``chunk_sql_codec``. Writes are upserts by key; a re-sent chunk that did not change is not
+rewritten (its index time stays). ``grep`` streams the scope's chunks in reading order in pages,
+pre-filtered in SQL by a literal every match must contain when the pattern has one, and runs RE2 in a
+worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    ColumnElement,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    and_,
-    delete,
-    distinct,
-    func,
-    or_,
-    select,
-    tuple_,
-)
+from sqlalchemy import ColumnElement, Table, and_, delete, distinct, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from knowsphere_retrieval.domain.grep import GrepCandidate, GrepScan
+from knowsphere_retrieval.adapters.chunk_sql_codec import (
+    DocumentChunks,
+    candidate_from_row,
+    check_chunk,
+    check_document_info,
+    check_text,
+    chunk_from_row,
+    chunk_row,
+    document_chunks_from_row,
+    document_from_row,
+    document_row,
+    kb_config_from_row,
+    kb_config_row,
+)
+from knowsphere_retrieval.adapters.chunk_sql_tables import (
+    CHUNK_CONTENT,
+    GREP_COLUMNS,
+    chunk_table,
+    document_table,
+    kb_config_table,
+    metadata,
+    parent_table,
+)
+from knowsphere_retrieval.domain.grep import GrepScan
 from knowsphere_retrieval.domain.ports import (
     DocumentInfo,
     DocumentMetadata,
@@ -55,218 +52,12 @@ from knowsphere_retrieval.domain.ports import (
     Scope,
     StoredChunk,
 )
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
+from knowsphere_sqlstore import AnyRow, SqlDatabase, record_from_row
 
-# How long a SQLite writer waits for another writer's lock before failing.
+R = TypeVar("R")
+
 # Ids per IN (…) list: far below SQLite's and asyncpg's bound-parameter limits.
 ID_BATCH = 500
-
-
-metadata = MetaData()
-
-chunk_table = Table(
-    "chunks",
-    metadata,
-    Column("tenant_id", String(), primary_key=True),
-    Column("chunk_id", String(), primary_key=True),
-    Column("knowledge_base_id", String(), nullable=False),
-    Column("document_id", String(), nullable=False),
-    Column("file_name", Text, nullable=False),
-    Column("text", Text, nullable=False),
-    Column("parent_id", String(), nullable=False),
-    Column("position", Integer, nullable=False),
-    Column("heading_path", Text, nullable=False),  # JSON list
-    Column("page", Integer, nullable=False),
-    Column("metadata_json", Text, nullable=False),  # JSON object, sorted keys
-    Column("ingest_run_id", String(), nullable=False),
-    Column("token_count", Integer, nullable=False),
-    Column("index_time", UtcDateTime, nullable=False),
-    # Grep and knowledge-base deletes walk this in reading order; neighbours and document reads use
-    # the second.
-    Index("ix_chunks_reading", "tenant_id", "knowledge_base_id", "document_id", "position", "chunk_id"),
-    Index("ix_chunks_document", "tenant_id", "document_id", "position"),
-    Index("ix_chunks_parent", "tenant_id", "parent_id"),
-)
-
-parent_table = Table(
-    "parents",
-    metadata,
-    Column("tenant_id", String(), primary_key=True),
-    Column("parent_id", String(), primary_key=True),
-    Column("text", Text, nullable=False),
-)
-
-kb_config_table = Table(
-    "knowledge_base_configs",
-    metadata,
-    Column("tenant_id", String(), primary_key=True),
-    Column("knowledge_base_id", String(), primary_key=True),
-    Column("embedding_model_id", String(), nullable=False),
-    Column("embedding_dimension", Integer, nullable=False),
-    Column("language_hint", String(), nullable=False),
-    Column("graph_enabled", Integer, nullable=False),
-    Column("stored_models_json", Text, nullable=False),  # JSON object: model id -> dimension
-    Column("update_time", UtcDateTime, nullable=False),
-)
-
-document_table = Table(
-    "documents",
-    metadata,
-    Column("tenant_id", String(), primary_key=True),
-    Column("document_id", String(), primary_key=True),
-    Column("knowledge_base_id", String(), nullable=False),
-    Column("file_name", Text, nullable=False),
-    Column("title", Text, nullable=False),
-    Column("content_type", String(), nullable=False),
-    Column("size_bytes", BigInteger, nullable=False),
-    Column("page_count", Integer, nullable=False),
-    Column("language", String(), nullable=False),
-    Column("status", Integer, nullable=False),
-    Column("create_time", UtcDateTime, nullable=True),
-    Column("metadata_json", Text, nullable=False),
-    Index("ix_documents_knowledge_base", "tenant_id", "knowledge_base_id"),
-)
-
-# Chunk columns an upsert may change; when none differs the row is left alone.
-_CHUNK_CONTENT = (
-    "knowledge_base_id",
-    "document_id",
-    "file_name",
-    "text",
-    "parent_id",
-    "position",
-    "heading_path",
-    "page",
-    "metadata_json",
-    "ingest_run_id",
-    "token_count",
-)
-
-_GREP_COLUMNS = (
-    chunk_table.c.chunk_id,
-    chunk_table.c.knowledge_base_id,
-    chunk_table.c.document_id,
-    chunk_table.c.file_name,
-    chunk_table.c.position,
-    chunk_table.c.page,
-    chunk_table.c.heading_path,
-    chunk_table.c.text,
-)
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
-def _check_text(field_name: str, owner: str, value: str) -> None:
-    # PostgreSQL text cannot hold NUL; refusing it everywhere keeps both backends alike.
-    if "\x00" in value:
-        raise ValueError(f"{field_name} of {owner} contains a NUL character, which cannot be stored")
-
-
-def _check_chunk(chunk: StoredChunk) -> None:
-    owner = f"chunk {chunk.chunk_id!r}"
-    for name in ("chunk_id", "tenant_id", "knowledge_base_id", "document_id"):
-        if not getattr(chunk, name):
-            raise ValueError(f"{name} of {owner} must not be empty")
-    if chunk.position < 0:
-        raise ValueError(f"position of {owner} must not be negative (got {chunk.position})")
-    for name in ("text", "file_name", "parent_id", "ingest_run_id"):
-        _check_text(name, owner, getattr(chunk, name))
-    for heading in chunk.heading_path:
-        _check_text("heading_path", owner, heading)
-    for key, value in chunk.metadata.items():
-        _check_text("metadata", owner, key + value)
-
-
-def _chunk_row(chunk: StoredChunk, now: datetime) -> dict[str, Any]:
-    return {
-        "tenant_id": chunk.tenant_id,
-        "chunk_id": chunk.chunk_id,
-        "knowledge_base_id": chunk.knowledge_base_id,
-        "document_id": chunk.document_id,
-        "file_name": chunk.file_name,
-        "text": chunk.text,
-        "parent_id": chunk.parent_id,
-        "position": chunk.position,
-        "heading_path": _json(list(chunk.heading_path)),
-        "page": chunk.page,
-        "metadata_json": _json(chunk.metadata),
-        "ingest_run_id": chunk.ingest_run_id,
-        "token_count": chunk.token_count,
-        "index_time": now,
-    }
-
-
-def _chunk(row: Any) -> StoredChunk:
-    return StoredChunk(
-        chunk_id=row.chunk_id,
-        tenant_id=row.tenant_id,
-        knowledge_base_id=row.knowledge_base_id,
-        document_id=row.document_id,
-        file_name=row.file_name,
-        text=row.text,
-        parent_id=row.parent_id,
-        position=row.position,
-        heading_path=tuple(json.loads(row.heading_path)),
-        page=row.page,
-        metadata=dict(json.loads(row.metadata_json)),
-        ingest_run_id=row.ingest_run_id,
-        token_count=row.token_count,
-    )
-
-
-def _document_row(info: DocumentMetadata) -> dict[str, Any]:
-    return {
-        "tenant_id": info.tenant_id,
-        "document_id": info.document_id,
-        "knowledge_base_id": info.knowledge_base_id,
-        "file_name": info.file_name,
-        "title": info.title,
-        "content_type": info.content_type,
-        "size_bytes": info.size_bytes,
-        "page_count": info.page_count,
-        "language": info.language,
-        "status": info.status,
-        "create_time": info.create_time,
-        "metadata_json": _json(info.metadata),
-    }
-
-
-def _document(row: Any) -> DocumentMetadata:
-    return DocumentMetadata(
-        tenant_id=row.tenant_id,
-        knowledge_base_id=row.knowledge_base_id,
-        document_id=row.document_id,
-        file_name=row.file_name,
-        title=row.title,
-        content_type=row.content_type,
-        size_bytes=row.size_bytes,
-        page_count=row.page_count,
-        language=row.language,
-        status=row.status,
-        create_time=row.create_time,
-        metadata=dict(json.loads(row.metadata_json)),
-    )
-
-
-def _candidate(row: Any) -> GrepCandidate:
-    return GrepCandidate(
-        chunk_id=row.chunk_id,
-        knowledge_base_id=row.knowledge_base_id,
-        document_id=row.document_id,
-        file_name=row.file_name,
-        position=row.position,
-        page=row.page,
-        heading_path=_heading_path(row.heading_path),
-        text=row.text,
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _heading_path(encoded: str) -> tuple[str, ...]:
-    # Chunks of a section share one heading path: a grep over thousands decodes each once.
-    return tuple(json.loads(encoded))
 
 
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -282,15 +73,13 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
-class _DocumentChunks:
-    """What the chunks table says about one document."""
-
-    knowledge_base_id: str
-    file_name: str
-    chunk_count: int
-    parent_count: int
-    last_index_time: datetime | None
+def _replace_all_but_key(statement: Any, table: Table, row: dict[str, Any]) -> Any:
+    """An upsert that replaces every other column of ``row`` when its primary key exists."""
+    key = list(table.primary_key.columns)
+    keys = {column.name for column in key}
+    return statement.on_conflict_do_update(
+        index_elements=key, set_={name: statement.excluded[name] for name in row if name not in keys}
+    )
 
 
 class SqlChunkStore(SqlDatabase):
@@ -315,7 +104,7 @@ class SqlChunkStore(SqlDatabase):
         if not chunks:
             return
         for chunk in chunks:
-            _check_chunk(chunk)
+            check_chunk(chunk)
         tenants = {chunk.tenant_id for chunk in chunks}
         if len(tenants) != 1:
             raise ValueError(f"a put_chunks batch belongs to one tenant (got {len(tenants)})")
@@ -323,11 +112,11 @@ class SqlChunkStore(SqlDatabase):
         for parent_id, text in parents.items():
             if not parent_id:
                 raise ValueError("parent ids must not be empty")
-            _check_text("text", f"parent {parent_id!r}", text)
+            check_text("text", f"parent {parent_id!r}", text)
 
         now = self._clock()
         # The last occurrence of a chunk id in a batch wins.
-        rows = list({chunk.chunk_id: _chunk_row(chunk, now) for chunk in chunks}.values())
+        rows = list({chunk.chunk_id: chunk_row(chunk, now) for chunk in chunks}.values())
         parent_rows = [
             {"tenant_id": tenant_id, "parent_id": parent_id, "text": text}
             for parent_id, text in parents.items()
@@ -338,9 +127,9 @@ class SqlChunkStore(SqlDatabase):
             chunk_upsert = self.insert(chunk_table)
             excluded = chunk_upsert.excluded
             chunk_upsert = chunk_upsert.on_conflict_do_update(
-                index_elements=[chunk_table.c.tenant_id, chunk_table.c.chunk_id],
-                set_={name: excluded[name] for name in (*_CHUNK_CONTENT, "index_time")},
-                where=or_(*(chunk_table.c[name] != excluded[name] for name in _CHUNK_CONTENT)),
+                index_elements=list(chunk_table.primary_key.columns),
+                set_={name: excluded[name] for name in (*CHUNK_CONTENT, "index_time")},
+                where=or_(*(chunk_table.c[name] != excluded[name] for name in CHUNK_CONTENT)),
             )
             await conn.execute(chunk_upsert, rows)
             if parent_rows:
@@ -358,50 +147,19 @@ class SqlChunkStore(SqlDatabase):
 
     async def put_document_infos(self, infos: Sequence[DocumentMetadata]) -> None:
         """Store several documents' metadata in one transaction, each replacing its previous record."""
-        rows = []
         for info in infos:
-            for name in ("tenant_id", "knowledge_base_id", "document_id"):
-                if not getattr(info, name):
-                    raise ValueError(f"{name} of the document info must not be empty")
-            owner = f"document {info.document_id!r}"
-            for name in ("file_name", "title", "content_type", "language"):
-                _check_text(name, owner, getattr(info, name))
-            for key, value in info.metadata.items():
-                _check_text("metadata", owner, key + value)
-            rows.append(_document_row(info))
+            check_document_info(info)
+        rows = [document_row(info) for info in infos]
         if not rows:
             return
-        statement = self.insert(document_table)
-        statement = statement.on_conflict_do_update(
-            index_elements=[document_table.c.tenant_id, document_table.c.document_id],
-            set_={
-                name: statement.excluded[name] for name in rows[0] if name not in ("tenant_id", "document_id")
-            },
-        )
+        statement = _replace_all_but_key(self.insert(document_table), document_table, rows[0])
         async with self.engine.begin() as conn:
             await conn.execute(statement, rows)
 
     async def put_kb_config(self, config: KnowledgeBaseConfig) -> None:
         """Store a knowledge base's index settings, replacing the previous ones."""
-        row = {
-            "tenant_id": config.tenant_id,
-            "knowledge_base_id": config.knowledge_base_id,
-            "embedding_model_id": config.embedding_model_id,
-            "embedding_dimension": config.embedding_dimension,
-            "language_hint": config.language_hint,
-            "graph_enabled": int(config.graph_enabled),
-            "stored_models_json": _json(dict(config.stored_models)),
-            "update_time": self._clock(),
-        }
-        statement = self.insert(kb_config_table).values(row)
-        statement = statement.on_conflict_do_update(
-            index_elements=[kb_config_table.c.tenant_id, kb_config_table.c.knowledge_base_id],
-            set_={
-                name: statement.excluded[name]
-                for name in row
-                if name not in ("tenant_id", "knowledge_base_id")
-            },
-        )
+        row = kb_config_row(config, self._clock())
+        statement = _replace_all_but_key(self.insert(kb_config_table).values(row), kb_config_table, row)
         async with self.engine.begin() as conn:
             await conn.execute(statement)
 
@@ -409,25 +167,9 @@ class SqlChunkStore(SqlDatabase):
         self, tenant_id: str, knowledge_base_ids: Sequence[str]
     ) -> list[KnowledgeBaseConfig]:
         """The configs of the given knowledge bases of ``tenant_id`` that exist, in request order."""
-        wanted = _unique(knowledge_base_ids)
-        found: dict[str, KnowledgeBaseConfig] = {}
-        async with self.engine.connect() as conn:
-            for batch in _batches(wanted, ID_BATCH):
-                query = select(kb_config_table).where(
-                    kb_config_table.c.tenant_id == tenant_id, kb_config_table.c.knowledge_base_id.in_(batch)
-                )
-                for row in (await conn.execute(query)).all():
-                    found[row.knowledge_base_id] = KnowledgeBaseConfig(
-                        tenant_id=row.tenant_id,
-                        knowledge_base_id=row.knowledge_base_id,
-                        embedding_model_id=row.embedding_model_id,
-                        embedding_dimension=row.embedding_dimension,
-                        language_hint=row.language_hint,
-                        graph_enabled=bool(row.graph_enabled),
-                        stored_models=tuple(sorted(json.loads(row.stored_models_json).items())),
-                        update_time=row.update_time,
-                    )
-        return [found[kb] for kb in wanted if kb in found]
+        return await self._read_by_ids(
+            kb_config_table, "knowledge_base_id", tenant_id, knowledge_base_ids, kb_config_from_row
+        )
 
     async def delete_kb_config(self, tenant_id: str, knowledge_base_id: str) -> None:
         async with self.engine.begin() as conn:
@@ -440,17 +182,27 @@ class SqlChunkStore(SqlDatabase):
 
     # --- reads --------------------------------------------------------------------------------------
 
-    async def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> list[StoredChunk]:
-        wanted = _unique(chunk_ids)
-        found: dict[str, StoredChunk] = {}
+    async def _read_by_ids(
+        self,
+        table: Table,
+        id_column: str,
+        tenant_id: str,
+        ids: Sequence[str],
+        decode: Callable[[AnyRow], R],
+    ) -> list[R]:
+        """The records of ``tenant_id``'s rows whose ``id_column`` is among ``ids``: in request order,
+        each once, unknown ids skipped."""
+        wanted = _unique(ids)
+        found: dict[str, R] = {}
         async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
-                query = select(chunk_table).where(
-                    chunk_table.c.tenant_id == tenant_id, chunk_table.c.chunk_id.in_(batch)
-                )
+                query = select(table).where(table.c.tenant_id == tenant_id, table.c[id_column].in_(batch))
                 for row in (await conn.execute(query)).all():
-                    found[row.chunk_id] = _chunk(row)
-        return [found[chunk_id] for chunk_id in wanted if chunk_id in found]
+                    found[getattr(row, id_column)] = decode(row)
+        return [found[item] for item in wanted if item in found]
+
+    async def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> list[StoredChunk]:
+        return await self._read_by_ids(chunk_table, "chunk_id", tenant_id, chunk_ids, chunk_from_row)
 
     async def get_parents(self, tenant_id: str, parent_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -476,7 +228,7 @@ class SqlChunkStore(SqlDatabase):
             .order_by(chunk_table.c.position, chunk_table.c.chunk_id)
         )
         async with self.engine.connect() as conn:
-            return [_chunk(row) for row in (await conn.execute(query)).all()]
+            return [chunk_from_row(row) for row in (await conn.execute(query)).all()]
 
     async def document_chunk_ids(self, tenant_id: str, document_id: str) -> list[str]:
         query = (
@@ -490,13 +242,15 @@ class SqlChunkStore(SqlDatabase):
     async def get_document_info(self, tenant_id: str, document_ids: Sequence[str]) -> list[DocumentInfo]:
         wanted = _unique(document_ids)
         pushed: dict[str, DocumentMetadata] = {}
-        stored: dict[str, _DocumentChunks] = {}
+        stored: dict[str, DocumentChunks] = {}
         async with self.engine.connect() as conn:
             for batch in _batches(wanted, ID_BATCH):
                 query = select(document_table).where(
                     document_table.c.tenant_id == tenant_id, document_table.c.document_id.in_(batch)
                 )
-                pushed.update({row.document_id: _document(row) for row in (await conn.execute(query)).all()})
+                pushed.update(
+                    {row.document_id: document_from_row(row) for row in (await conn.execute(query)).all()}
+                )
                 counts = (
                     select(
                         chunk_table.c.document_id,
@@ -510,40 +264,23 @@ class SqlChunkStore(SqlDatabase):
                     .group_by(chunk_table.c.document_id)
                 )
                 for row in (await conn.execute(counts)).all():
-                    stored[row.document_id] = _DocumentChunks(
-                        knowledge_base_id=row.knowledge_base_id,
-                        file_name=row.file_name,
-                        chunk_count=row.chunk_count,
-                        parent_count=row.parent_count,
-                        last_index_time=_utc(row.last_index_time),
-                    )
+                    stored[row.document_id] = document_chunks_from_row(row)
         infos: list[DocumentInfo] = []
         for document_id in wanted:
-            meta, have = pushed.get(document_id), stored.get(document_id)
-            if meta is not None:
-                infos.append(
-                    DocumentInfo(
-                        document_id=document_id,
-                        knowledge_base_id=meta.knowledge_base_id,
-                        file_name=meta.file_name or (have.file_name if have else ""),
-                        metadata=meta,
-                        chunk_count=have.chunk_count if have else 0,
-                        parent_count=have.parent_count if have else 0,
-                        last_index_time=have.last_index_time if have else None,
-                    )
+            meta = pushed.get(document_id)
+            if meta is None and document_id not in stored:
+                continue
+            have = stored.get(document_id) or DocumentChunks(document_id)
+            # The counts are the chunks'; the knowledge base and file name the pushed metadata's if any.
+            infos.append(
+                record_from_row(
+                    DocumentInfo,
+                    asdict(have),
+                    knowledge_base_id=meta.knowledge_base_id if meta else have.knowledge_base_id,
+                    file_name=(meta.file_name if meta else "") or have.file_name,
+                    metadata=meta,
                 )
-            elif have is not None:
-                infos.append(
-                    DocumentInfo(
-                        document_id=document_id,
-                        knowledge_base_id=have.knowledge_base_id,
-                        file_name=have.file_name,
-                        metadata=None,
-                        chunk_count=have.chunk_count,
-                        parent_count=have.parent_count,
-                        last_index_time=have.last_index_time,
-                    )
-                )
+            )
         return infos
 
     async def knowledge_base_counts(
@@ -565,11 +302,7 @@ class SqlChunkStore(SqlDatabase):
                     .group_by(chunk_table.c.knowledge_base_id)
                 )
                 for row in (await conn.execute(query)).all():
-                    counts[row.knowledge_base_id] = KnowledgeBaseCounts(
-                        document_count=row.document_count,
-                        chunk_count=row.chunk_count,
-                        parent_count=row.parent_count,
-                    )
+                    counts[row.knowledge_base_id] = record_from_row(KnowledgeBaseCounts, row)
         return counts
 
     # --- grep ---------------------------------------------------------------------------------------
@@ -594,7 +327,7 @@ class SqlChunkStore(SqlDatabase):
             for knowledge_base_id in sorted(set(scope.knowledge_base_ids)):
                 after: tuple[Any, ...] | None = None
                 while not scan.done and not scan.out_of_time():
-                    query = select(*_GREP_COLUMNS).where(
+                    query = select(*GREP_COLUMNS).where(
                         *filters, chunk_table.c.knowledge_base_id == knowledge_base_id
                     )
                     if after is not None:
@@ -603,7 +336,7 @@ class SqlChunkStore(SqlDatabase):
                     rows = (await conn.execute(query)).all()
                     page = rows[: plan.page_size]
                     if page:
-                        await asyncio.to_thread(scan.scan, [_candidate(row) for row in page])
+                        await asyncio.to_thread(scan.scan, [candidate_from_row(row) for row in page])
                     if len(rows) <= plan.page_size:
                         break
                     after = (page[-1].document_id, page[-1].position, page[-1].chunk_id)
@@ -699,11 +432,3 @@ class SqlChunkStore(SqlDatabase):
                     parent_table.c.tenant_id == tenant_id, parent_table.c.parent_id.in_(batch), ~still_used
                 )
             )
-
-
-def _utc(value: Any) -> datetime | None:
-    """An aggregate's datetime as aware UTC (SQLite hands back naive ISO text for max())."""
-    if value is None:
-        return None
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
