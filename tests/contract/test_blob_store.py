@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
 import tracemalloc
 import urllib.parse
 import urllib.request
@@ -182,6 +183,17 @@ async def test_a_blob_of_exactly_max_bytes_and_an_empty_blob_are_stored(backend:
     assert [c async for c in await backend.store.read_stream("t1/empty.bin")] == []
 
 
+async def test_bytes_in_memory_are_stored_in_one_step_like_a_stream(backend: Backend) -> None:
+    first, second = os.urandom(3 * CHUNK + 7), b'{"small": "artifact"}'
+    stored = await backend.store.put_bytes("t1/artifact.json", first, durable=False)
+    assert (stored.key, stored.size_bytes, stored.sha256) == ("t1/artifact.json", len(first), sha(first))
+    assert await backend.store.read("t1/artifact.json") == first
+    again = await backend.store.put_bytes("t1/artifact.json", second)  # replaces, durable or not
+    assert (again.size_bytes, again.sha256) == (len(second), sha(second))
+    assert await backend.store.read("t1/artifact.json") == second
+    assert [k for k in backend.leftovers() if k != "t1"] == ["t1/artifact.json"]  # "t1": a folder
+
+
 async def test_over_limit_stream_raises_and_leaves_nothing(backend: Backend) -> None:
     with pytest.raises(BlobTooLarge, match="3145728 bytes"):
         await backend.store.put("t1/kb1/doc1/big.bin", stream(os.urandom(4 * MIB)), max_bytes=3 * MIB)
@@ -308,6 +320,8 @@ BAD_KEYS = [
 async def test_bad_keys_are_refused_naming_the_rule(backend: Backend, key: str, rule: str) -> None:
     with pytest.raises(ValueError, match=rule):
         await backend.store.put(key, stream(b"x"), max_bytes=MIB)
+    with pytest.raises(ValueError, match=rule):
+        await backend.store.put_bytes(key, b"x")
     for call in (backend.store.read, backend.store.exists, backend.store.delete, backend.store.read_stream):
         with pytest.raises(ValueError, match=rule):
             await call(key)
@@ -372,10 +386,27 @@ async def test_filesystem_key_that_runs_through_a_blob_is_refused_and_leaves_not
         await store.put("a/b", stream(b"under a"), max_bytes=MIB)
     with pytest.raises(BlobStoreError, match="folder of other blobs"):
         await store.put("x", stream(b"over x"), max_bytes=MIB)
+    with pytest.raises(BlobStoreError, match="runs through an existing blob"):
+        await store.put_bytes("a/c", b"under a")
+    with pytest.raises(BlobStoreError, match="folder of other blobs"):
+        await store.put_bytes("x", b"over x")
 
     assert _tree(tmp_path) == ["a", "x", "x/y"]
     assert await store.read("a") == b"blob a"
     assert not await store.exists("x")
+
+
+async def test_filesystem_put_into_a_folder_removed_behind_its_back_makes_it_again(tmp_path: Path) -> None:
+    store = FilesystemBlobStore(tmp_path)
+    await store.start()
+    await store.put("t/doc-1/run-1/parsed.json", stream(b"first"), max_bytes=MIB, durable=False)
+    await store.put_bytes("t/doc-1/run-1/chunks.json", b"second", durable=False)
+    shutil.rmtree(tmp_path / "t")  # another process deleted the document meanwhile
+
+    await store.put_bytes("t/doc-1/run-1/chunks.json", b"again", durable=False)
+    await store.put("t/doc-1/file", stream(b"upload"), max_bytes=MIB)
+    assert await store.read("t/doc-1/run-1/chunks.json") == b"again"
+    assert _tree(tmp_path) == ["t", "t/doc-1", "t/doc-1/file", "t/doc-1/run-1", "t/doc-1/run-1/chunks.json"]
 
 
 async def test_filesystem_put_writes_the_file_where_the_key_says(tmp_path: Path) -> None:

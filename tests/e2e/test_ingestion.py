@@ -296,7 +296,7 @@ def test_bad_files_are_refused_or_fail_with_nothing_left_behind(stack: Any) -> N
             assert document.failure.stage == pb.INGESTION_STAGE_PARSE, name
             assert document.failure.code == code, (name, document.failure)
             assert name in document.failure.reason
-            assert not [p for p in blob_files(stack) if f"/doc/{document.id}/run/" in str(p)]
+            assert not [p for p in blob_files(stack) if f"/doc/{document.id}/run-" in str(p)]
         stats = await api.stats(kb.id)
         assert stats.chunk_count == 0
 
@@ -359,7 +359,7 @@ def test_files_uploaded_together_are_ingested_together_and_fail_alone(stack: Any
             )
         )
         assert hits.results[0].document_id == travel.document.id
-        assert not [p for p in blob_files(stack) if f"/doc/{broken.document.id}/run/" in str(p)]
+        assert not [p for p in blob_files(stack) if f"/doc/{broken.document.id}/run-" in str(p)]
 
     run(stack, LOCAL, work)
 

@@ -81,7 +81,7 @@ def test_files_and_stage_outputs_live_in_the_bucket_and_go_with_the_document(
         prefix = f"t/local/kb/{kb.id}/doc/{document.id}/"
         assert prefix + "file" in keys
         assert s3.get_object(Bucket=BUCKET, Key=prefix + "file")["Body"].read() == POLICY
-        assert any(k.startswith(prefix + "run/") and k.endswith("/chunks.json") for k in keys)
+        assert any(k.startswith(prefix + "run-") and k.endswith("/chunks.json") for k in keys)
         # Nothing of the document is written to the service's own disk.
         local = Path(s3_stack.config.service_data_dir("ingestion"))
         assert not (local / "blobs").exists()

@@ -7,7 +7,14 @@ import asyncio
 
 from faststream.nats import TestNatsBroker
 
-from knowsphere_contracts.events import DocumentFinished, DocumentProgress, ModelChange, ModelChanged
+from knowsphere_contracts.events import (
+    DocumentsFinished,
+    DocumentsProgress,
+    FinishedDocument,
+    ModelChange,
+    ModelChanged,
+    ProgressUpdate,
+)
 from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, MODELHUB, DocumentEvent, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
@@ -36,13 +43,21 @@ async def test_document_events_reach_the_watches_typed_and_model_changes_drop_ca
         async with TestNatsBroker(broker) as test_broker:
             with bound_identity(Identity("acme", "worker")):
                 for event in (
-                    DocumentProgress(
-                        document_id="d", knowledge_base_id="kb-1", stage=DocumentStatus.EMBEDDING, percent=40
+                    DocumentsProgress(
+                        knowledge_base_id="kb-1",
+                        updates=[
+                            ProgressUpdate(document_id="d", stage=DocumentStatus.EMBEDDING, percent=40),
+                            ProgressUpdate(document_id="e", stage=DocumentStatus.PARSING, percent=2),
+                        ],
                     ),
-                    DocumentProgress(
-                        document_id="x", knowledge_base_id="kb-2", stage=DocumentStatus.PARSING, percent=1
+                    DocumentsProgress(
+                        knowledge_base_id="kb-2",
+                        updates=[ProgressUpdate(document_id="x", stage=DocumentStatus.PARSING, percent=1)],
                     ),
-                    DocumentFinished(document_id="d", knowledge_base_id="kb-1", status=DocumentStatus.READY),
+                    DocumentsFinished(
+                        knowledge_base_id="kb-1",
+                        documents=[FinishedDocument(document_id="d", status=DocumentStatus.READY)],
+                    ),
                 ):
                     await test_broker.publish(event.model_dump(mode="json"), event.subject)
                 changed = ModelChanged(
@@ -51,6 +66,11 @@ async def test_document_events_reach_the_watches_typed_and_model_changes_drop_ca
                 await test_broker.publish(changed.model_dump(mode="json"), ModelChanged.subject)
         received = [await asyncio.wait_for(anext(events), 1) for _ in range(2)]
 
-    assert isinstance(received[0], DocumentProgress) and received[0].stage == DocumentStatus.EMBEDDING
-    assert isinstance(received[1], DocumentFinished) and received[1].status == DocumentStatus.READY
+    assert isinstance(received[0], DocumentsProgress)
+    assert [(u.document_id, u.stage) for u in received[0].updates] == [
+        ("d", DocumentStatus.EMBEDDING),
+        ("e", DocumentStatus.PARSING),
+    ]
+    assert isinstance(received[1], DocumentsFinished)
+    assert [(d.document_id, d.status) for d in received[1].documents] == [("d", DocumentStatus.READY)]
     assert modelhub.invalidated == [("acme", "whisper")]

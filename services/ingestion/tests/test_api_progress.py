@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
-from knowsphere_contracts.events import DocumentFinished, DocumentProgress
+from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress, FinishedDocument, ProgressUpdate
 from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion.api.bus import DocumentEvent
 from knowsphere_ingestion.api.progress import ProgressWatch
@@ -53,15 +53,18 @@ class Store:
         self.documents[changed.id] = changed
         assert self.fanout is not None
         if changed.status in (DocumentStatus.READY, DocumentStatus.FAILED):
-            event: DocumentEvent = DocumentFinished(
-                document_id=changed.id, knowledge_base_id=changed.knowledge_base_id, status=changed.status
+            event: DocumentEvent = DocumentsFinished(
+                knowledge_base_id=changed.knowledge_base_id,
+                documents=[FinishedDocument(document_id=changed.id, status=changed.status)],
             )
         else:
-            event = DocumentProgress(
-                document_id=changed.id,
+            event = DocumentsProgress(
                 knowledge_base_id=changed.knowledge_base_id,
-                stage=changed.status,
-                percent=changed.progress.percent,
+                updates=[
+                    ProgressUpdate(
+                        document_id=changed.id, stage=changed.status, percent=changed.progress.percent
+                    )
+                ],
             )
         self.fanout.publish(event)
 

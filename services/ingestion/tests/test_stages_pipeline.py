@@ -22,7 +22,7 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients.errors import FailedPrecondition, InvalidArgument, ServiceError, Unavailable
-from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
+from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress, Event, FinishedDocument
 from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage, MigrationState
 from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.activities import IngestionActivities
@@ -223,11 +223,26 @@ class World:
 
     def progress(self, document_id: str) -> list[DocumentStatus]:
         """The statuses a document's progress events showed, in order, each once."""
-        events = [e for e in self.events if isinstance(e, DocumentProgress) and e.document_id == document_id]
-        return list(dict.fromkeys(e.stage for e in events))
+        updates = [
+            u
+            for e in self.events
+            if isinstance(e, DocumentsProgress)
+            for u in e.updates
+            if u.document_id == document_id
+        ]
+        return list(dict.fromkeys(u.stage for u in updates))
 
-    def finished(self, document_id: str) -> list[DocumentFinished]:
-        return [e for e in self.events if isinstance(e, DocumentFinished) and e.document_id == document_id]
+    def finished(self, document_id: str) -> list[FinishedDocument]:
+        return [
+            d
+            for e in self.events
+            if isinstance(e, DocumentsFinished)
+            for d in e.documents
+            if d.document_id == document_id
+        ]
+
+    def event_count(self) -> int:
+        return len(self.events)
 
 
 def batch_of(*runs: DocumentRun) -> IngestBatch:
@@ -307,6 +322,25 @@ def _zip_with_too_many_members() -> bytes:
         for index in range(10_001):
             archive.writestr(f"m{index}", b"")
     return buffer.getvalue()
+
+
+async def test_a_batch_moving_on_together_is_announced_in_one_event_per_step(world: World) -> None:
+    runs = [
+        await world.add(f"note-{n}.txt", f"Note {n}: the office opens at {n} o'clock.".encode())
+        for n in range(12)
+    ]
+    await ingest(world, batch_of(*runs))
+
+    for run in runs:
+        assert world.progress(run.document_id) == [
+            DocumentStatus.PARSING,
+            DocumentStatus.CHUNKING,
+            DocumentStatus.EMBEDDING,
+            DocumentStatus.INDEXING,
+        ]
+        assert [d.status for d in world.finished(run.document_id)] == [DocumentStatus.READY]
+    # Four steps of progress and one of finishing for the whole batch, not five per document.
+    assert world.event_count() == 5
 
 
 @pytest.mark.parametrize(

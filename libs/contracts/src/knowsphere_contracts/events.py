@@ -113,12 +113,12 @@ class TurnCompleted(Event):
 # --- ingestion ------------------------------------------------------------------------------
 
 
-class DocumentProgress(Event):
-    """Progress of one document's ingestion, published on ``ks.ingestion.document.progress.v1``."""
+class ProgressUpdate(BaseModel):
+    """Where one document's ingestion stands."""
 
-    subject: ClassVar[str] = "ks.ingestion.document.progress.v1"
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     document_id: str
-    knowledge_base_id: str
     stage: DocumentStatus = Field(description="the document's status: the stage being worked on")
     percent: float = Field(ge=0, le=100)
     done: int = Field(default=0, ge=0, description="items of this stage finished")
@@ -126,18 +126,47 @@ class DocumentProgress(Event):
     eta_seconds: float | None = Field(default=None, ge=0)
 
 
-class DocumentFinished(Event):
-    """A document reached a final status: ready, or failed with the stage and reason."""
+class DocumentsProgress(Event):
+    """Progress of documents of one knowledge base, published on ``ks.ingestion.documents.progress.v1``.
 
-    subject: ClassVar[str] = "ks.ingestion.document.finished.v1"
-    document_id: str
+    A stage moving the documents of an upload batch on together announces them in one event, so a
+    batch of 64 small files costs the bus a few messages per stage, not one per file.
+    """
+
+    subject: ClassVar[str] = "ks.ingestion.documents.progress.v1"
     knowledge_base_id: str
+    updates: list[ProgressUpdate] = Field(min_length=1)
+
+    @property
+    def document_ids(self) -> list[str]:
+        return [u.document_id for u in self.updates]
+
+
+class FinishedDocument(BaseModel):
+    """A document that reached a final status: ready, or failed with the stage and reason."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    document_id: str
     status: Literal[DocumentStatus.READY, DocumentStatus.FAILED]
     failed_stage: DocumentStatus | None = Field(
         default=None, description="the status the document had when its stage failed"
     )
     reason: str | None = None
     chunk_count: int = Field(default=0, ge=0)
+
+
+class DocumentsFinished(Event):
+    """Documents of one knowledge base that reached a final status, published on
+    ``ks.ingestion.documents.finished.v1`` (those finishing together in one event)."""
+
+    subject: ClassVar[str] = "ks.ingestion.documents.finished.v1"
+    knowledge_base_id: str
+    documents: list[FinishedDocument] = Field(min_length=1)
+
+    @property
+    def document_ids(self) -> list[str]:
+        return [d.document_id for d in self.documents]
 
 
 # --- models -------------------------------------------------------------------------------------

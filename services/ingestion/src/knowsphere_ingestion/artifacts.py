@@ -3,9 +3,9 @@
 Keys (all under the tenant, so deleting a tenant's prefix deletes everything):
 
 - ``t/<tenant>/kb/<kb>/doc/<doc>/file``                          the uploaded file
-- ``t/<tenant>/kb/<kb>/doc/<doc>/run/<run>/parsed.json``         the structured document
-- ``t/<tenant>/kb/<kb>/doc/<doc>/run/<run>/chunks.json``         the chunks
-- ``t/<tenant>/kb/<kb>/doc/<doc>/run/<run>/vectors/<model>/<n>`` vectors of chunk batch n
+- ``t/<tenant>/kb/<kb>/doc/<doc>/run-<run>/parsed.json``          the structured document
+- ``t/<tenant>/kb/<kb>/doc/<doc>/run-<run>/chunks.json``          the chunks
+- ``t/<tenant>/kb/<kb>/doc/<doc>/run-<run>/vectors-<model>-<n>``  vectors of chunk batch n
 
 Artifacts are plain JSON (vectors as base64 float32), written atomically, so a resumed stage either
 finds a whole artifact or none. They are not flushed to disk one by one: after a power cut a stage may
@@ -18,7 +18,7 @@ import base64
 import json
 import re
 from array import array
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from knowsphere_ingestion.domain.chunking import ChunkDraft
@@ -45,20 +45,18 @@ def file_key(tenant: str, kb_id: str, document_id: str) -> str:
 
 
 def run_prefix(tenant: str, kb_id: str, document_id: str, run_id: str) -> str:
-    return document_prefix(tenant, kb_id, document_id) + f"run/{_part(run_id)}/"
+    # One flat folder per run (no nested folders below it): making a folder is a slow system call on
+    # some filesystems, and a small document's run writes only a few artifacts.
+    return document_prefix(tenant, kb_id, document_id) + f"run-{_part(run_id)}/"
 
 
 def vectors_key(run: str, model_id: str, batch: int) -> str:
-    return f"{run}vectors/{_part(model_id)}/{batch:06d}"
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+    return f"{run}vectors-{_part(model_id)}-{batch:06d}"
 
 
 async def put_json(blobs: BlobStore, key: str, value: Any) -> None:
     data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    await blobs.put(key, _once(data), max_bytes=len(data) + 1, durable=False)  # recomputable
+    await blobs.put_bytes(key, data, durable=False)  # recomputable
 
 
 async def get_json(blobs: BlobStore, key: str) -> Any:

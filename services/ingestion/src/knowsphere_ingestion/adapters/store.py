@@ -164,7 +164,7 @@ class IngestionStore(SqlDatabase):
         """Records a new document; raises DuplicateContent with the existing one for the same content."""
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(documents.insert().values(**new_document_row(document)))
+                await conn.execute(documents.insert(), new_document_row(document))
         except IntegrityError:
             existing = await self.find_by_content(
                 document.tenant_id, document.knowledge_base_id, document.content_sha256

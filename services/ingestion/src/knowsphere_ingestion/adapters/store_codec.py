@@ -13,7 +13,7 @@ outside the vocabulary is refused on the way in with a ``ValueError`` naming the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,15 +58,21 @@ def _optional_time(text: str | None) -> datetime | None:
 
 
 # --- JSON columns --------------------------------------------------------------------------------
-# A JSON object holds a record's fields by name (``asdict``); reading one back, a key missing from an
+# A JSON object holds a record's fields by name (``_fields``); reading one back, a key missing from an
 # older row takes the field's default.
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A flat record's fields by name (``dataclasses.asdict`` without its deep copies: values are
+    scalars, written once per status change of every document)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 def failure_to_json(failure: Failure | None) -> dict[str, Any] | None:
     if failure is None:
         return None
     return {
-        **asdict(failure),
+        **_fields(failure),
         # "" says "before the workflow started", as rows written before the stage was typed do.
         "stage": "" if failure.stage is None else stage_value(failure.stage),
         "time": (failure.time or now()).isoformat(),
@@ -88,7 +94,7 @@ def failure_from_json(data: dict[str, Any] | None) -> Failure | None:
 
 
 def progress_to_json(progress: Progress) -> dict[str, Any]:
-    return asdict(progress)
+    return _fields(progress)
 
 
 def progress_from_json(data: dict[str, Any] | None) -> Progress:
@@ -99,7 +105,7 @@ def migration_to_json(migration: Migration | None) -> dict[str, Any] | None:
     if migration is None:
         return None
     return {
-        **asdict(migration),
+        **_fields(migration),
         "state": MigrationState.parse(migration.state).value,
         "start_time": migration.start_time.isoformat() if migration.start_time else None,
         "end_time": migration.end_time.isoformat() if migration.end_time else None,

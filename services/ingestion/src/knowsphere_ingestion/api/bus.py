@@ -20,10 +20,10 @@ from faststream.nats import NatsRouter
 from faststream.nats.publisher.usecase import LogicPublisher
 
 from knowsphere_clients.model_changes import MODELHUB, model_changes_router
-from knowsphere_contracts.events import DocumentFinished, DocumentProgress, Event
+from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress, Event
 from knowsphere_runtime.bus import Fanout
 
-DocumentEvent = DocumentProgress | DocumentFinished
+DocumentEvent = DocumentsProgress | DocumentsFinished
 DOCUMENT_EVENTS = "document_events"
 """Context name of the API's ``Fanout[DocumentEvent]``."""
 
@@ -45,40 +45,40 @@ class IngestionBus:
 
     async def publish(self, event: Event) -> None:
         """Publishes a document event on its subject."""
-        publisher = self.finished if isinstance(event, DocumentFinished) else self.progress
+        publisher = self.finished if isinstance(event, DocumentsFinished) else self.progress
         await publisher.publish(event.model_dump(mode="json"))
 
 
 def build_bus() -> IngestionBus:
     publishers = NatsRouter()
     progress = publishers.publisher(
-        DocumentProgress.subject,
-        schema=DocumentProgress,
+        DocumentsProgress.subject,
+        schema=DocumentsProgress,
         title="ingestion:document-progress",
-        description="A document's stage and progress while a worker ingests it.",
+        description="Documents' stages and progress while a worker ingests them (a batch's together).",
     )
     finished = publishers.publisher(
-        DocumentFinished.subject,
-        schema=DocumentFinished,
+        DocumentsFinished.subject,
+        schema=DocumentsFinished,
         title="ingestion:document-finished",
-        description="A document became ready, or failed with the stage and reason.",
+        description="Documents that became ready, or failed with the stage and reason.",
     )
     subscribers = NatsRouter()
 
     @subscribers.subscriber(
-        DocumentProgress.subject,
+        DocumentsProgress.subject,
         title="ingestion:watch-progress",
         description="Feeds the API's progress watches (WatchDocumentProgress).",
     )
-    async def on_progress(event: DocumentProgress, events: Events) -> None:
+    async def on_progress(event: DocumentsProgress, events: Events) -> None:
         events.publish(event)
 
     @subscribers.subscriber(
-        DocumentFinished.subject,
+        DocumentsFinished.subject,
         title="ingestion:watch-finished",
         description="Feeds the API's progress watches (WatchDocumentProgress).",
     )
-    async def on_finished(event: DocumentFinished, events: Events) -> None:
+    async def on_finished(event: DocumentsFinished, events: Events) -> None:
         events.publish(event)
 
     model_changes = model_changes_router("ingestion")

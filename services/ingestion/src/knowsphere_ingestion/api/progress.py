@@ -79,7 +79,7 @@ class ProgressWatch:
             await abort(context, error)
         watched = frozenset(ids)
         accept: Callable[[DocumentEvent], bool] = (
-            (lambda event: event.document_id in watched)
+            (lambda event: not watched.isdisjoint(event.document_ids))
             if ids
             else (lambda event: event.knowledge_base_id == kb_id)
         )
@@ -94,13 +94,14 @@ class ProgressWatch:
             if ids and not waiting:
                 return
             async for event in events:
-                if ids and event.document_id not in waiting:
-                    continue  # ended already: its last state was sent
-                document = await self._store.get_document(tenant, event.document_id)
-                if document is None:
-                    continue  # deleted meanwhile, or another tenant's document of the same id
-                yield pb.WatchDocumentProgressResponse(progress=progress_pb(document))
-                if ids and document.status in TERMINAL_STATUSES:
-                    waiting.discard(document.id)
-                    if not waiting:
-                        return
+                # Ended ones already had their last state sent.
+                changed = [d for d in dict.fromkeys(event.document_ids) if not ids or d in waiting]
+                if not changed:
+                    continue
+                # Deleted meanwhile, or another tenant's documents of the same ids: not found, skipped.
+                for document in await self._store.get_documents(tenant, changed):
+                    yield pb.WatchDocumentProgressResponse(progress=progress_pb(document))
+                    if ids and document.status in TERMINAL_STATUSES:
+                        waiting.discard(document.id)
+                if ids and not waiting:
+                    return

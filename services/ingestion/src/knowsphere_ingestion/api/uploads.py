@@ -195,7 +195,8 @@ class Uploads:
             await self._blobs.delete(key)
             raise
         span.set_attribute(attr.DOCUMENT_ID, document.id)
-        log.info("document uploaded", document_id=document.id, size=stored.size_bytes)
+        # One line per file at DEBUG; a stream of many files logs its counts once (UploadDocuments).
+        log.debug("document uploaded", document_id=document.id, size=stored.size_bytes)
         return document
 
     async def _start_or_drop(self, documents: Sequence[Document]) -> None:
@@ -226,6 +227,7 @@ class Uploads:
                     raise RequestError(
                         error.code, f"{error.message}; {NOT_STORED}", field=error.field
                     ) from error
+                log.info("document uploaded", document_id=document.id, size=document.size_bytes)
                 return pb.UploadDocumentResponse(document=document_pb(document), duplicate=False)
 
         return await reply(context, work)
@@ -298,8 +300,10 @@ class Uploads:
                     header = await stream.next_header()
                 for kb_id in [kb_id for kb_id, run in runs.items() if run.accepted]:
                     await start(kb_id)
+                refused = sum(1 for r in results if r.HasField("error"))
                 span.set_attribute(attr.UPLOAD_FILES, len(results))
-                span.set_attribute(attr.UPLOAD_REFUSED, sum(1 for r in results if r.HasField("error")))
+                span.set_attribute(attr.UPLOAD_REFUSED, refused)
+            log.info("documents uploaded", files=len(results), refused=refused)
             return pb.UploadDocumentsResponse(results=results)
 
         return await reply(context, work)

@@ -17,6 +17,7 @@ MIN_HAN_SHARE = 0.9
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _ALLOWED_CONTROLS = frozenset("\t\n\r\f\v")
+_WITHOUT_ALLOWED_CONTROLS = str.maketrans("", "", "".join(_ALLOWED_CONTROLS))
 
 
 def decode_text(data: bytes, file_name: str) -> tuple[str, str]:
@@ -91,6 +92,8 @@ def _checked(text: str, file_name: str) -> str:
 def _control_share(text: str) -> float:
     if not text:
         return 0.0
+    if text.translate(_WITHOUT_ALLOWED_CONTROLS).isprintable():
+        return 0.0  # the common case, decided in C: no control, unassigned or private-use character
     bad = sum(
         1 for ch in text if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) in ("Cc", "Cn", "Co")
     )

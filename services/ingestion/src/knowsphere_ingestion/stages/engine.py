@@ -199,8 +199,9 @@ async def _start(
         [(job.document_id, job.run_id, found[job.document_id].progress) for job in starting],
         status,
     )
-    for job in starting:
-        await context.events.progress(job, status, low)
+    async with context.events.collected():
+        for job in starting:
+            await context.events.progress(job, status, low)
 
 
 async def _record(
@@ -223,16 +224,17 @@ async def _record(
     )
     items = 0
     going_on: list[IngestInput] = []
-    for current, done in finished:
-        ok = current.job.document_id in recorded
-        if done.after is not None:
-            await done.after(ok)
-        if not ok:
-            await context.artifacts.delete(current.job)  # superseded while it worked
-            continue
-        items += done.items
-        going_on.append(current.job)
-        if done.next_stage is not None:
-            progress = done.values.get("progress", current.document.progress)
-            await context.events.progress(current.job, STAGE_STATUS[done.next_stage], progress.percent)
+    async with context.events.collected():  # the batch's documents moving on, announced together
+        for current, done in finished:
+            ok = current.job.document_id in recorded
+            if done.after is not None:
+                await done.after(ok)
+            if not ok:
+                await context.artifacts.delete(current.job)  # superseded while it worked
+                continue
+            items += done.items
+            going_on.append(current.job)
+            if done.next_stage is not None:
+                progress = done.values.get("progress", current.document.progress)
+                await context.events.progress(current.job, STAGE_STATUS[done.next_stage], progress.percent)
     return items, going_on

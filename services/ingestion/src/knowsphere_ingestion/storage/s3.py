@@ -12,6 +12,8 @@ store, and the ``s3://`` URL format, are described in ``storage.blobs``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import re
 import tempfile
 from collections.abc import AsyncIterable, Iterator
@@ -145,6 +147,12 @@ class S3BlobStore:
         finally:
             await asyncio.to_thread(spool.close)
         return StoredBlob(key=key, size_bytes=size, sha256=sha256)
+
+    async def put_bytes(self, key: str, data: bytes, *, durable: bool = True) -> StoredBlob:
+        validate_key(key)
+        sha256 = hashlib.sha256(data).hexdigest()
+        await asyncio.to_thread(self._upload, key, io.BytesIO(data), len(data), sha256)
+        return StoredBlob(key=key, size_bytes=len(data), sha256=sha256)
 
     def _upload(self, key: str, data: BinaryIO, size: int, sha256: str) -> None:
         data.seek(0)

@@ -113,6 +113,10 @@ class AnalysedQuery:
     identifiers: tuple[str, ...]
 
 
+WORD_TERMS_CACHE_SIZE = 100_000
+"""Distinct words whose terms an analyzer keeps (a word's terms never change)."""
+
+
 class _Term(NamedTuple):
     text: str
     identifier: bool = False  # an exact identifier (part number, error code, version)
@@ -137,6 +141,8 @@ class Analyzer:
             entries += read_user_dictionary(self.config.user_dictionary)
         self._user_entries = entries
         self._user_pattern = _user_term_pattern(tuple(term for term, _, _ in entries))
+        # A text repeats its words: each distinct one is split and stemmed once (bounded; thread-safe).
+        self._word_terms_of = functools.lru_cache(maxsize=WORD_TERMS_CACHE_SIZE)(self._word_terms)
 
     def warm_up(self) -> None:
         """Load jieba's dictionary now (about a second) rather than on the first Chinese text."""
@@ -177,23 +183,27 @@ class Analyzer:
                     yield _Term(term, word=False)
         for match in _TOKEN.finditer(normalised):
             han = match.group("han")
-            terms = self._han_terms(han) if han else self._word_terms(match.group("word"))
+            terms = self._han_terms(han) if han else self._word_terms_of(match.group("word"))
             yield from (term for term in terms if len(term.text) <= limit)
 
-    def _word_terms(self, token: str) -> Iterator[_Term]:
+    def _word_terms(self, token: str) -> tuple[_Term, ...]:
         parts = _PART_SEPARATORS.split(token)
         has_digit = any(ch.isdigit() for ch in token)
         has_letter = any(ch.isalpha() for ch in token)
         whole = len(parts) > 1 or (has_digit and has_letter)
+        terms: list[_Term] = []
         if whole:
-            yield _Term(token, _is_identifier(token, parts, has_digit=has_digit, has_letter=has_letter))
+            terms.append(
+                _Term(token, _is_identifier(token, parts, has_digit=has_digit, has_letter=has_letter))
+            )
             if len(parts) == 1:
-                return  # A1B2C3, E0420: its letter and digit runs are not words of their own
+                return tuple(terms)  # A1B2C3, E0420: its letter and digit runs are not words of their own
         for part in parts:
             if part in ENGLISH_STOP_WORDS:
                 continue
             stemmed = self._stemmer().stemWord(part) if part.isalpha() else part
-            yield _Term(stemmed, word=not whole)
+            terms.append(_Term(stemmed, word=not whole))
+        return tuple(terms)
 
     def _han_terms(self, run: str) -> Iterator[_Term]:
         if self.config.cjk_mode == "bigrams":
