@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import types
 import typing
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from knowsphere_contracts.protoenum import ProtoEnum
+from knowsphere_contracts.protoenum import ProtoEnum, enum_class
 
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
@@ -95,26 +94,21 @@ def _is_map(field: Any) -> bool:
 Convert = Callable[[Any], Any]
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 def _scalar(field: Any) -> Convert:
     """How one value of a scalar field is given to a constructor."""
     integer = field.cpp_type in _INTEGER_TYPES
     enum = field.enum_type
     if enum is not None:
-        # A plain string names a value the way the generated enums do: "ready" → DOCUMENT_STATUS_READY.
-        prefix = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", enum.name).upper() + "_"
-        numbers = {v.name.removeprefix(prefix).lower(): v.number for v in enum.values if v.number}
+        members = enum_class(enum.full_name)
 
         def convert_enum(value: Any) -> Any:
             if isinstance(value, ProtoEnum):
                 return value.number
-            if isinstance(value, str):
-                if value not in numbers:
-                    raise ValueError(f"{field.full_name}: {value!r} is not one of {', '.join(numbers)}")
-                return numbers[value]
+            if isinstance(value, str):  # a plain string names a member: "ready" → DOCUMENT_STATUS_READY
+                try:
+                    return members.parse(value).number
+                except ValueError as error:
+                    raise ValueError(f"{field.full_name}: {error}") from None
             return value
 
         return convert_enum

@@ -9,9 +9,13 @@ know (a newer peer's value).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from enum import StrEnum
+from functools import cache
 from typing import Any, Self
+
+from google.protobuf import descriptor_pool
 
 # The numbers of each generated enum, filled by ``register_numbers`` as the generated module loads.
 _NUMBERS: dict[type[Any], dict[Any, int]] = {}
@@ -45,3 +49,14 @@ class ProtoEnum(StrEnum):
         except ValueError:
             accepted = ", ".join(member.value for member in cls)
             raise ValueError(f"{value!r} is not one of: {accepted}") from None
+
+
+@cache
+def enum_class(full_name: str) -> type[ProtoEnum]:
+    """The generated :class:`ProtoEnum` of a proto enum by its full name (``knowsphere.<svc>.v1.X``)."""
+    enum = descriptor_pool.Default().FindEnumTypeByName(full_name)
+    module = importlib.import_module(enum.file.name.removesuffix(".proto").replace("/", ".") + "_enums")
+    found = getattr(module, enum.name, None)
+    if enum.containing_type is not None or not (isinstance(found, type) and issubclass(found, ProtoEnum)):
+        raise TypeError(f"no generated string enum for {full_name} in {module.__name__}")
+    return found

@@ -21,7 +21,6 @@ body into the message, keeping presence: a key that is absent or null leaves its
 from __future__ import annotations
 
 import base64
-import importlib
 import keyword
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -37,7 +36,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-from knowsphere_contracts.protoenum import ProtoEnum
+from knowsphere_contracts.protoenum import enum_class
 from knowsphere_contracts.services import CONTRACTS
 
 M = TypeVar("M", bound=Message)
@@ -93,17 +92,6 @@ def _is_map(field: ProtoField) -> bool:
     return bool(
         field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
     )
-
-
-@cache
-def enum_class(full_name: str) -> type[ProtoEnum]:
-    """The generated :class:`ProtoEnum` of a proto enum (``knowsphere.<svc>.v1.<svc>_enums``)."""
-    enum = descriptor_pool.Default().FindEnumTypeByName(full_name)
-    module = importlib.import_module(enum.file.name.removesuffix(".proto").replace("/", ".") + "_enums")
-    found = getattr(module, enum.name, None)
-    if enum.containing_type is not None or not (isinstance(found, type) and issubclass(found, ProtoEnum)):
-        raise TypeError(f"no generated string enum for {full_name} in {module.__name__}")
-    return found
 
 
 def _enum_name(enum: EnumDescriptor, number: int) -> str | None:
