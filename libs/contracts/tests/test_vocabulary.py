@@ -92,7 +92,9 @@ def test_a_record_crosses_to_a_message_and_back_field_by_name() -> None:
 
 def test_a_status_given_as_a_word_is_its_member_and_a_wrong_word_names_the_field() -> None:
     assert message_from(ipb.Document, None, status="ready").status == ipb.DOCUMENT_STATUS_READY
-    with pytest.raises(ValueError, match="knowsphere.ingestion.v1.Document.status: 'done' is not one of"):
+    with pytest.raises(
+        ValueError, match=r"knowsphere\.ingestion\.v1\.Document\.status: 'done' is not one of"
+    ):
         message_from(ipb.Document, None, status="done")
 
 
