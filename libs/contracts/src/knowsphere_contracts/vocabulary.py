@@ -27,6 +27,7 @@ from knowsphere.ingestion.v1.ingestion_enums import (
 
 __all__ = [
     "IN_PROGRESS_STATUSES",
+    "MAX_EMBEDDING_DIMENSION",
     "MAX_ENTITY_NAME_CHARS",
     "STAGE_STATUS",
     "TERMINAL_STATUSES",
@@ -66,6 +67,12 @@ _PIPELINE: Final[dict[DocumentStatus, int]] = {
 def pipeline_position(status: DocumentStatus | str) -> int:
     """Where a status lies on the way from queued to ready (failed is off the way: -1)."""
     return _PIPELINE.get(DocumentStatus(status), -1)
+
+
+# --- embeddings ----------------------------------------------------------------------------------
+
+MAX_EMBEDDING_DIMENSION: Final = 8192
+"""Largest vector dimension a model record, a knowledge base or an index accepts."""
 
 
 # --- knowledge-graph names -------------------------------------------------------------------------

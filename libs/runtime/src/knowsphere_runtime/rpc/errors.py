@@ -10,11 +10,12 @@ malformed data with one that names the field.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -44,22 +45,23 @@ def not_found(what: str, ident: str) -> RequestError:
     return RequestError(grpc.StatusCode.NOT_FOUND, f"{what} {ident} not found")
 
 
+def status_with(code: grpc.StatusCode, message: str, details: Sequence[Message] = ()) -> grpc.Status:
+    """A gRPC status whose rich details (``google.rpc.Status.details``) are ``details``."""
+    packed = []
+    for detail in details:
+        item = any_pb2.Any()
+        item.Pack(detail)
+        packed.append(item)
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=packed))
+
+
 def status_of(error: RequestError) -> grpc.Status:
     """The gRPC status of a request error, with a BadRequest detail when it names a field."""
-    details = []
+    details: list[Message] = []
     if error.field:
-        packed = any_pb2.Any()
-        packed.Pack(
-            error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.message)
-                ]
-            )
-        )
-        details.append(packed)
-    return rpc_status.to_status(
-        status_pb2.Status(code=error.code.value[0], message=error.message, details=details)
-    )
+        violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.message)
+        details.append(error_details_pb2.BadRequest(field_violations=[violation]))
+    return status_with(error.code, error.message, details)
 
 
 async def abort(context: grpc.aio.ServicerContext, error: RequestError) -> NoReturn:
