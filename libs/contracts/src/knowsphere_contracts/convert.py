@@ -32,10 +32,11 @@ from knowsphere_contracts.protoenum import ProtoEnum, enum_class
 M = TypeVar("M", bound=Message)
 R = TypeVar("R")
 
-_TIMESTAMP = Timestamp.DESCRIPTOR.full_name
-_DURATION = Duration.DESCRIPTOR.full_name
-_STRUCT = Struct.DESCRIPTOR.full_name
-_INTEGER_TYPES = frozenset(
+# The well-known types converted to and from Python values (also by the gateway's JSON).
+TIMESTAMP = Timestamp.DESCRIPTOR.full_name
+DURATION = Duration.DESCRIPTOR.full_name
+STRUCT = Struct.DESCRIPTOR.full_name
+INTEGER_TYPES = frozenset(
     {
         FieldDescriptor.CPPTYPE_INT32,
         FieldDescriptor.CPPTYPE_INT64,
@@ -85,7 +86,7 @@ def _is_repeated(field: Any) -> bool:
     return bool(field.is_repeated)
 
 
-def _is_map(field: Any) -> bool:
+def is_map(field: Any) -> bool:
     return (
         field.message_type is not None and field.message_type.GetOptions().map_entry and _is_repeated(field)
     )
@@ -96,7 +97,7 @@ Convert = Callable[[Any], Any]
 
 def _scalar(field: Any) -> Convert:
     """How one value of a scalar field is given to a constructor."""
-    integer = field.cpp_type in _INTEGER_TYPES
+    integer = field.cpp_type in INTEGER_TYPES
     enum = field.enum_type
     if enum is not None:
         members = enum_class(enum.full_name)
@@ -124,11 +125,11 @@ def _scalar(field: Any) -> Convert:
 def _single_message(field: Any) -> Convert:
     """How one value of a message field is given to a constructor."""
     name = field.message_type.full_name
-    if name == _TIMESTAMP:
+    if name == TIMESTAMP:
         return lambda value: timestamp(value) if isinstance(value, datetime) else value
-    if name == _DURATION:
+    if name == DURATION:
         return lambda value: value if isinstance(value, Message) else duration(float(value))
-    if name == _STRUCT:
+    if name == STRUCT:
 
         def struct(value: Any) -> Any:
             if isinstance(value, Message):
@@ -144,7 +145,7 @@ def _single_message(field: Any) -> Convert:
 
 def _converter(field: Any) -> Convert:
     """How the value of a field is given to a message constructor."""
-    if _is_map(field):
+    if is_map(field):
         return dict
     single = _scalar(field) if field.message_type is None else _single_message(field)
     if _is_repeated(field):
@@ -196,7 +197,7 @@ def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
 
 def _record_value(message: Message, field: Any, hint: Any) -> Any:
     hint, optional = _unwrap_optional(hint)
-    if _is_map(field):
+    if is_map(field):
         return dict(getattr(message, field.name))
     value = getattr(message, field.name)
     origin = typing.get_origin(hint)
@@ -216,9 +217,9 @@ def _single(field: Any, value: Any, hint: Any) -> Any:
         if isinstance(hint, type) and issubclass(hint, ProtoEnum):
             return hint.from_number(value)
         return value
-    if message_type.full_name == _TIMESTAMP:
+    if message_type.full_name == TIMESTAMP:
         return value.ToDatetime(tzinfo=UTC)
-    if message_type.full_name == _DURATION:
+    if message_type.full_name == DURATION:
         return float(value.ToNanoseconds()) / 1e9
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return record_from(hint, value)

@@ -21,6 +21,7 @@ from knowsphere_contracts.vocabulary import DocumentStatus
 
 MAX_MESSAGE_CHARS = 32_000
 MAX_KNOWLEDGE_BASES_PER_TURN = 20
+MAX_SESSION_ID_CHARS = 64
 
 
 def _now() -> datetime:
@@ -49,7 +50,7 @@ class ChatRequested(Event):
 
     subject: ClassVar[str] = "ks.chat.request.v1"
     turn_id: str = Field(min_length=1, max_length=64)
-    session_id: str | None = Field(default=None, max_length=64)
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
     message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     knowledge_base_ids: list[str] = Field(default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN)
 
@@ -189,5 +190,6 @@ class ModelChanged(Event):
     model_id: str = Field(description="the model concerned; empty for a default that was cleared")
     change: ModelChange
     model_types: list[str] = Field(
-        default_factory=list, description="for default_changed: the model types whose default changed"
+        default_factory=list,
+        description="the model's types (created, updated, deleted), or the types whose default changed",
     )
