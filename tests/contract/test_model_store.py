@@ -266,7 +266,7 @@ async def test_defaults_per_tenant_and_type(store):
     await store.set_default("tenant-a", ModelType.EMBEDDING, "builtin-minilm")
     await store.set_default("tenant-b", ModelType.EMBEDDING, "builtin-minilm")
     assert await store.get_default("tenant-a", ModelType.KNOWLEDGE_QA) == "chat-a"
-    assert await store.defaults_of("tenant-a", "chat-a") == sorted([ModelType.KNOWLEDGE_QA, ModelType.VLM])
+    assert await store.defaults_of("tenant-a", "chat-a") == [ModelType.KNOWLEDGE_QA, ModelType.VLM]
     assert await store.get_default("tenant-b", ModelType.KNOWLEDGE_QA) is None
     assert await store.defaults_of("tenant-b", "chat-a") == []
 
@@ -282,6 +282,19 @@ async def test_defaults_per_tenant_and_type(store):
     await store.set_default("tenant-a", ModelType.VLM, "")
     assert await store.get_default("tenant-a", ModelType.VLM) is None
     assert await store.delete("tenant-a", "chat-a")
+
+
+async def test_defaults_of_lists_types_in_proto_order_not_alphabetically(store):
+    types = frozenset({ModelType.EMBEDDING, ModelType.RERANK, ModelType.KNOWLEDGE_QA})
+    await store.create(record("all-in-one", types=types))
+    for model_type in (ModelType.KNOWLEDGE_QA, ModelType.RERANK, ModelType.EMBEDDING):
+        await store.set_default("tenant-a", model_type, "all-in-one")
+    # Proto numbers 1, 2, 3; alphabetically it would be embedding, knowledge_qa, rerank.
+    assert await store.defaults_of("tenant-a", "all-in-one") == [
+        ModelType.EMBEDDING,
+        ModelType.RERANK,
+        ModelType.KNOWLEDGE_QA,
+    ]
 
 
 async def test_usages_are_idempotent_and_block_deletion(store):

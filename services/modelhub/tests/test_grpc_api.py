@@ -169,3 +169,28 @@ async def test_another_tenant_cannot_use_or_see_a_model(hub):
         listed = await stub.ListModels(pb.ListModelsRequest())
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     assert model_id not in {m.id for m in listed.models}
+
+
+async def test_setting_a_default_answers_the_default_now_in_force(hub):
+    stub, provider = hub
+    with bound_identity(TENANT):
+        model_id = await _create(stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+        made = await stub.SetDefaultModel(
+            pb.SetDefaultModelRequest(type=pb.MODEL_TYPE_KNOWLEDGE_QA, model_id=model_id)
+        )
+        fetched = await stub.GetDefaultModel(pb.GetDefaultModelRequest(type=pb.MODEL_TYPE_KNOWLEDGE_QA))
+        cleared = await stub.SetDefaultModel(pb.SetDefaultModelRequest(type=pb.MODEL_TYPE_KNOWLEDGE_QA))
+        with pytest.raises(grpc.aio.AioRpcError) as untyped:
+            await stub.GetDefaultModel(pb.GetDefaultModelRequest())
+    assert made.default_model == fetched.default_model
+    assert (made.default_model.source, made.default_model.model.id) == (
+        pb.DEFAULT_MODEL_SOURCE_TENANT,
+        model_id,
+    )
+    assert list(made.default_model.model.default_for) == [pb.MODEL_TYPE_KNOWLEDGE_QA]
+    assert (cleared.default_model.source, cleared.default_model.HasField("model")) == (
+        pb.DEFAULT_MODEL_SOURCE_NONE,
+        False,
+    )
+    assert untyped.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _detail(untyped.value).field == "type"

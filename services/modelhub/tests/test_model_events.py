@@ -109,7 +109,13 @@ async def test_each_change_of_a_model_or_default_is_announced_once_for_the_calle
     with bound_identity(ACME):
         model_id = (await stub.CreateModel(chat_model())).model.id
         created = await next_heard(heard)
-        await stub.UpdateModel(pb.UpdateModelRequest(model_id=model_id, display_name="vLLM chat (EU)"))
+        await stub.UpdateModel(
+            pb.UpdateModelRequest(
+                model_id=model_id,
+                display_name="vLLM chat (EU)",
+                types=pb.ModelTypeList(types=[pb.MODEL_TYPE_VLM, pb.MODEL_TYPE_KNOWLEDGE_QA]),
+            )
+        )
         updated = await next_heard(heard)
         await stub.SetDefaultModel(
             pb.SetDefaultModelRequest(type=pb.MODEL_TYPE_KNOWLEDGE_QA, model_id=model_id)
@@ -126,6 +132,12 @@ async def test_each_change_of_a_model_or_default_is_announced_once_for_the_calle
         (ModelChange.DELETED, model_id),
     ]
     assert (made_default.event.change, made_default.event.model_id) == (ModelChange.DEFAULT_CHANGED, model_id)
+    # The types the model has (after an update: its new ones), in proto order.
+    assert [h.event.model_types for h in (created, updated, deleted)] == [
+        ["knowledge_qa"],
+        ["knowledge_qa", "vlm"],
+        ["knowledge_qa", "vlm"],
+    ]
     assert made_default.event.model_types == ["knowledge_qa"]
     assert (cleared.event.change, cleared.event.model_id) == (ModelChange.DEFAULT_CHANGED, "")
     assert cleared.event.model_types == ["knowledge_qa"]

@@ -27,7 +27,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
+from knowsphere.modelhub.v1.modelhub_enums import ImageInputFormat, ModelErrorCode, ModelType
 from knowsphere_modelhub.adapters.anthropic import AnthropicAdapter
 from knowsphere_modelhub.adapters.http import (
     RETRY_ATTEMPT,
@@ -41,9 +41,7 @@ from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
 from knowsphere_modelhub.domain.decide import decide, label_probabilities
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.providers import (
-    BASE64_ONLY,
     PROVIDERS,
-    URL_OR_DATA_URL,
     ProviderSpec,
     to_proto,
 )
@@ -311,7 +309,7 @@ async def test_image_format_per_provider(
         assert error.field == "messages[0].content[1]"
         assert provider.requests == []
         return
-    if spec.image_input == BASE64_ONLY:
+    if spec.image_input == ImageInputFormat.BASE64_ONLY:
         provider.script("/img/cat.png", Reply(body=PNG, content_type="image/png"))
     provider.script(path, Reply.fixture("openai/chat_text.sse"))
 
@@ -321,7 +319,7 @@ async def test_image_format_per_provider(
     assert content[0] == {"type": "text", "text": "What is this?"}
     sent_image = content[1]["image_url"]
     assert sent_image["detail"] == "low"
-    if spec.image_input == URL_OR_DATA_URL:
+    if spec.image_input == ImageInputFormat.URL_OR_DATA_URL:
         assert sent_image["url"] == image_url
         assert provider.requests_to("/img/cat.png") == []
     else:

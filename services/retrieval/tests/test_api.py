@@ -3,6 +3,8 @@
 A caller's view through the real contract on loopback: every method of RetrievalService answers,
 what IndexChunks and PutDocumentInfo take comes back whole from Search, ListChunks, GrepChunks and
 GetDocumentInfo, search options override the service's defaults, and bad input names its field.
+Another tenant naming Acme's knowledge-base, chunk and document ids reads and deletes nothing of
+Acme's, and a call without an identity is refused.
 modelhub is scripted (toy query vectors, no rerank model configured).
 """
 
@@ -31,6 +33,7 @@ from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
 
 ACME = Identity("acme", "alice")
+GLOBEX = Identity("globex", "gus")
 MODEL = "toy-model"
 
 
@@ -224,3 +227,142 @@ async def test_graph_calls_say_the_graph_is_off(retrieval):
             )
         )
     assert off.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+# --- another tenant, and no tenant ---------------------------------------------------------------
+
+
+async def index_acme_handbook(retrieval: Any) -> None:
+    """Acme's knowledge base ``kb``: a handbook of two chunks with its metadata."""
+    await retrieval.PutDocumentInfo(
+        pb.PutDocumentInfoRequest(
+            document=pb.DocumentMetadata(
+                document_id="handbook", knowledge_base_id="kb", file_name="handbook.pdf", title="Handbook"
+            )
+        )
+    )
+    await retrieval.IndexChunks(
+        pb.IndexChunksRequest(
+            chunks=[
+                chunk("kb", "handbook", 0, "Unused annual leave can be carried over.", ingest_run_id="run-1"),
+                chunk("kb", "handbook", 1, "The badge reader shows error E0420.", ingest_run_id="run-1"),
+            ]
+        )
+    )
+
+
+async def acme_handbook(retrieval: Any) -> dict[str, Any]:
+    """What Acme reads of its handbook through every read of the service."""
+    found = await retrieval.Search(pb.SearchRequest(query="annual leave", knowledge_base_ids=["kb"], top_k=5))
+    grep = await retrieval.GrepChunks(pb.GrepChunksRequest(pattern="E0420", knowledge_base_ids=["kb"]))
+    listed = await retrieval.ListChunks(
+        pb.ListChunksRequest(selectors=[pb.ChunkSelector(chunk_id="handbook-0", neighbours_after=1)])
+    )
+    info = await retrieval.GetDocumentInfo(pb.GetDocumentInfoRequest(document_ids=["handbook"]))
+    stats = (
+        await retrieval.GetIndexStats(pb.GetIndexStatsRequest(knowledge_base_ids=["kb"]))
+    ).knowledge_bases
+    return {
+        "search": [r.chunk_id for r in found.results],
+        "grep": [m.chunk_id for m in grep.matches],
+        "list": [c.chunk_id for c in listed.chunks],
+        "info": [d.metadata.title for d in info.documents],
+        "counts": [(s.chunk_count, s.document_count, s.lexical_entry_count) for s in stats],
+        "vectors": [(e.model_id, e.vector_count) for s in stats for e in s.embeddings],
+    }
+
+
+ACME_HANDBOOK = {
+    "search": ["handbook-0"],
+    "grep": ["handbook-1"],
+    "list": ["handbook-0", "handbook-1"],
+    "info": ["Handbook"],
+    "counts": [(2, 1, 2)],
+    "vectors": [(MODEL, 2)],
+}
+
+
+async def assert_globex_reaches_nothing_of_acme(retrieval: Any) -> None:
+    """Every read and delete of Globex naming Acme's ids, while bound to Globex."""
+    found = await retrieval.Search(pb.SearchRequest(query="annual leave", knowledge_base_ids=["kb"]))
+    assert list(found.results) == []
+    grep = await retrieval.GrepChunks(pb.GrepChunksRequest(pattern="E0420", knowledge_base_ids=["kb"]))
+    assert list(grep.matches) == []
+    listed = await retrieval.ListChunks(
+        pb.ListChunksRequest(
+            selectors=[
+                pb.ChunkSelector(handle="handbook-0", neighbours_after=1),
+                pb.ChunkSelector(chunk_id="handbook-1"),
+                pb.ChunkSelector(
+                    range=pb.PositionRange(document_id="handbook", start_position=0, end_position=5)
+                ),
+            ],
+            include_parent_text=True,
+        )
+    )
+    assert (list(listed.chunks), list(listed.not_found)) == ([], ["handbook-0", "handbook-1"])
+    info = await retrieval.GetDocumentInfo(pb.GetDocumentInfoRequest(document_ids=["handbook"]))
+    assert (list(info.documents), list(info.not_found)) == ([], ["handbook"])
+    pruned = await retrieval.PruneDocumentChunks(
+        pb.PruneDocumentChunksRequest(knowledge_base_id="kb", document_id="handbook", keep_ingest_run_id="x")
+    )
+    assert pruned.deleted_chunk_count == 0
+    deleted = await retrieval.DeleteDocument(
+        pb.DeleteDocumentRequest(knowledge_base_id="kb", document_id="handbook")
+    )
+    assert deleted.deleted_chunk_count == 0
+    dropped = await retrieval.DeleteKnowledgeBase(pb.DeleteKnowledgeBaseRequest(knowledge_base_id="kb"))
+    assert (dropped.deleted_chunk_count, dropped.deleted_document_count) == (0, 0)
+
+
+async def test_another_tenant_using_acme_ids_gets_nothing_and_deletes_nothing(retrieval):
+    await index_acme_handbook(retrieval)
+    assert await acme_handbook(retrieval) == ACME_HANDBOOK
+
+    with bound_identity(GLOBEX):
+        # Acme's knowledge-base id is unknown to Globex ...
+        unknown = await retrieval.Search(pb.SearchRequest(query="annual leave", knowledge_base_ids=["kb"]))
+        assert list(unknown.stats.unknown_knowledge_base_ids) == ["kb"]
+        stats = await retrieval.GetIndexStats(pb.GetIndexStatsRequest(knowledge_base_ids=["kb"]))
+        assert list(stats.knowledge_bases) == []
+        await assert_globex_reaches_nothing_of_acme(retrieval)
+        # ... and stays Acme's when Globex configures a knowledge base of the same id and model.
+        await retrieval.ConfigureKnowledgeBase(
+            pb.ConfigureKnowledgeBaseRequest(
+                knowledge_base_id="kb", embedding_model_id=MODEL, embedding_dimension=8
+            )
+        )
+        own = await retrieval.Search(pb.SearchRequest(query="annual leave", knowledge_base_ids=["kb"]))
+        assert list(own.stats.unknown_knowledge_base_ids) == []
+        stats = await retrieval.GetIndexStats(pb.GetIndexStatsRequest(knowledge_base_ids=["kb"]))
+        assert [(s.chunk_count, s.document_count) for s in stats.knowledge_bases] == [(0, 0)]
+        assert [e.vector_count for e in stats.knowledge_bases[0].embeddings] == [0]
+        await assert_globex_reaches_nothing_of_acme(retrieval)
+
+    assert await acme_handbook(retrieval) == ACME_HANDBOOK
+
+
+async def test_a_call_without_identity_is_refused(retrieval):
+    await index_acme_handbook(retrieval)
+    calls = [
+        lambda: retrieval.Search(pb.SearchRequest(query="annual leave", knowledge_base_ids=["kb"])),
+        lambda: retrieval.ListChunks(
+            pb.ListChunksRequest(selectors=[pb.ChunkSelector(chunk_id="handbook-0")])
+        ),
+        lambda: retrieval.GetDocumentInfo(pb.GetDocumentInfoRequest(document_ids=["handbook"])),
+        lambda: retrieval.IndexChunks(
+            pb.IndexChunksRequest(chunks=[chunk("kb", "intruder", 0, "Injected.")])
+        ),
+        lambda: retrieval.DeleteKnowledgeBase(pb.DeleteKnowledgeBaseRequest(knowledge_base_id="kb")),
+        lambda: retrieval.QueryKnowledgeGraph(
+            pb.QueryKnowledgeGraphRequest(
+                knowledge_base_ids=["kb"], parameters=pb.GraphQueryParameters(entity_name="badge")
+            )
+        ),
+    ]
+    with bound_identity(None):
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call()
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert await acme_handbook(retrieval) == ACME_HANDBOOK

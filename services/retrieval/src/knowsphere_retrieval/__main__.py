@@ -3,13 +3,14 @@
 from pathlib import Path
 
 from knowsphere_clients import ModelHubClient, service_channel
+from knowsphere_clients.model_changes import MODELHUB
 from knowsphere_retrieval import SERVICE_NAME
 from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
 from knowsphere_retrieval.adapters.lexical_opensearch import OpenSearchLexicalIndex
 from knowsphere_retrieval.adapters.lexical_tantivy import TantivyLexicalIndex
 from knowsphere_retrieval.adapters.vector_edge import EdgeVectorIndex
 from knowsphere_retrieval.adapters.vector_qdrant import QdrantServerVectorIndex
-from knowsphere_retrieval.api.bus import MODELHUB, build_bus
+from knowsphere_retrieval.api.bus import build_bus
 from knowsphere_retrieval.api.grpc import build_binding
 from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.core import RetrievalCore
@@ -29,7 +30,7 @@ def main() -> None:
 
     def build() -> list[Component]:
         data = settings.data_dir
-        chunks = SqlChunkStore(settings.database_url or f"sqlite+aiosqlite:///{data}/chunks.db")
+        chunks = SqlChunkStore(settings.chunk_store_url())
         analyzer = Analyzer(
             AnalysisConfig(
                 user_dictionary=Path(settings.user_dictionary) if settings.user_dictionary else None
@@ -68,7 +69,7 @@ def main() -> None:
             vector_backend="qdrant" if settings.qdrant_url else "qdrant-edge (in-process)",
             lexical_backend="opensearch" if settings.opensearch_url else "tantivy (embedded)",
         )
-        core = RetrievalCore(settings, chunks, stores, analyzer)
+        core = RetrievalCore(settings, stores, analyzer)
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,

@@ -6,10 +6,10 @@ import asyncio
 
 import structlog
 
-from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
 from knowsphere_retrieval.adapters.graph_bolt import BoltGraphStore
 from knowsphere_retrieval.adapters.graph_server import EmbeddedBoltServer
 from knowsphere_retrieval.api.stores import Stores
+from knowsphere_retrieval.domain.analysis import Analyzer
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.lifecycle import StartupError
 
@@ -19,12 +19,9 @@ log = structlog.get_logger(__name__)
 class RetrievalCore:
     name = "retrieval-core"
 
-    def __init__(
-        self, settings: Settings, chunks: SqlChunkStore, stores: Stores, analyzer: object = None
-    ) -> None:
+    def __init__(self, settings: Settings, stores: Stores, analyzer: Analyzer | None = None) -> None:
         self._analyzer = analyzer
         self._settings = settings
-        self._chunks = chunks  # the same store as ``stores.chunks``, which is opened here
         self._stores = stores
         self._graph_server: EmbeddedBoltServer | None = None
         self._graph: BoltGraphStore | None = None
@@ -33,13 +30,14 @@ class RetrievalCore:
         settings = self._settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            await self._chunks.open()
+            await self._stores.chunks.open()
         except Exception as error:
-            raise StartupError(f"cannot open the chunk store at {self._chunks.url}: {error}") from error
-        # Load jieba's dictionary now rather than in the first Chinese request (about a second).
-        warm_up = getattr(self._analyzer, "warm_up", None)
-        if warm_up is not None:
-            await asyncio.to_thread(warm_up)
+            # A server URL may hold a password: name the setting rather than print it.
+            where = "KS_RETRIEVAL_DATABASE_URL" if settings.database_url else settings.chunk_store_url()
+            raise StartupError(f"cannot open the chunk store ({where}): {error}") from error
+        if self._analyzer is not None:
+            # Load jieba's dictionary now rather than in the first Chinese request (about a second).
+            await asyncio.to_thread(self._analyzer.warm_up)
         if settings.neo4j_url:
             self._graph = BoltGraphStore(settings.neo4j_url, settings.neo4j_user, settings.neo4j_password)
             self._stores.attach_graph(self._graph, "neo4j")
@@ -66,4 +64,4 @@ class RetrievalCore:
             await self._graph_server.stop()
         await self._stores.lexical.close()
         await self._stores.vectors.close()
-        await self._chunks.close()
+        await self._stores.chunks.close()

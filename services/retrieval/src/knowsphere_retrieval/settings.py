@@ -84,3 +84,7 @@ class Settings(ServiceSettings):
     grep_max_matches: int = Field(default=200, ge=1)
     grep_context_chars: int = Field(default=80, ge=0)
     grep_time_budget_seconds: float = Field(default=2.0, gt=0)
+
+    def chunk_store_url(self) -> str:
+        """The chunk store's SQLAlchemy URL: ``database_url``, else SQLite in the data dir."""
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/chunks.db"

@@ -20,7 +20,8 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
 from knowsphere_modelhub.adapters.http import Endpoint, ProviderHttp, join_url
 from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 from knowsphere_modelhub.domain.providers import PROVIDERS, ProviderSpec
-from knowsphere_modelhub.domain.records import CallTarget, in_proto_order
+from knowsphere_modelhub.domain.records import CallTarget
+from knowsphere_modelhub.domain.validation import type_list
 from knowsphere_modelhub.settings import Settings
 
 # Fields of the request body that the adapter owns; ``extra`` parameters never replace them.
@@ -99,7 +100,7 @@ def endpoint_for(spec: ProviderSpec, target: CallTarget, **headers: str) -> tupl
 
 def unsupported(target: CallTarget, spec: ProviderSpec, model_type: ModelType) -> ModelError:
     """WRONG_MODEL_TYPE for a call the provider does not offer (e.g. rerank on OpenAI)."""
-    offered = ", ".join(in_proto_order(spec.model_types)) or "nothing"
+    offered = type_list(spec.model_types) or "nothing"
     return ModelError(
         ModelErrorCode.WRONG_MODEL_TYPE,
         f"provider {spec.id} offers no {model_type} endpoint",

@@ -1,8 +1,9 @@
 """Chat images as inline base64, for providers that take no image URLs (and for data: URLs).
 
 An image arrives as bytes, a ``data:`` URL or an http(s) URL. For providers whose table row says
-BASE64_ONLY the URL is downloaded here (size cap, timeout, public hosts only); a URL that cannot be
-fetched fails with IMAGE_URL_UNREACHABLE naming the message part (``messages[1].content[0]``).
+``ImageInputFormat.BASE64_ONLY`` the URL is downloaded here (size cap, timeout, public hosts only); a
+URL that cannot be fetched fails with IMAGE_URL_UNREACHABLE naming the message part
+(``messages[1].content[0]``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from knowsphere.modelhub.v1.modelhub_enums import (
     ChatRole,
     EmbedInputType,
     ImageDetail,
+    ImageInputFormat,
     ModelErrorCode,
     ModelType,
     ResponseFormatType,
@@ -45,7 +46,7 @@ from knowsphere_modelhub.adapters.images import inline_image, parse_data_url
 from knowsphere_modelhub.adapters.openai_stream import parse_chat_stream
 from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 from knowsphere_modelhub.domain.ports import EmbedResult, TokenLogprob
-from knowsphere_modelhub.domain.providers import BASE64_ONLY, PROVIDERS, ProviderSpec
+from knowsphere_modelhub.domain.providers import PROVIDERS, ProviderSpec
 from knowsphere_modelhub.domain.records import CallTarget
 from knowsphere_modelhub.settings import Settings
 
@@ -180,7 +181,7 @@ class OpenAICompatibleAdapter(HttpProviderAdapter):
         if (
             source == "url"
             and image.url.startswith(("http://", "https://"))
-            and spec.image_input != BASE64_ONLY
+            and spec.image_input != ImageInputFormat.BASE64_ONLY
         ):
             url = image.url
             image_urls.append((field, url))

@@ -20,8 +20,9 @@ from knowsphere_modelhub.domain.decide import decide
 from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 from knowsphere_modelhub.domain.ports import ProviderAdapter
 from knowsphere_modelhub.domain.providers import PROVIDERS, ProviderSpec
-from knowsphere_modelhub.domain.records import CallTarget, in_proto_order
+from knowsphere_modelhub.domain.records import CallTarget
 from knowsphere_modelhub.domain.registry import Registry
+from knowsphere_modelhub.domain.validation import type_list
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.identity import require_identity
 from knowsphere_telemetry import LlmObserver, attributes
@@ -80,7 +81,7 @@ class ModelCallsServicer:
                     "image part sent to a model without the VLM type",
                     model_id=target.model_id,
                     type=ModelType.VLM,
-                    types=", ".join(in_proto_order(target.types)),
+                    types=type_list(target.types),
                 )
             adapter, _ = self._adapter(target)
             yield pb.ChatStreamResponse(

@@ -11,13 +11,12 @@ from typing import NoReturn, TypeVar
 
 import grpc
 import structlog
-from google.protobuf import any_pb2
 from google.protobuf.duration_pb2 import Duration
-from google.rpc import status_pb2
-from grpc_status import rpc_status
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_modelhub.domain.errors import ModelError
+from knowsphere_runtime.identity import LANGUAGE_KEY
+from knowsphere_runtime.rpc.errors import status_with
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -29,7 +28,7 @@ MAX_LOGGED_DETAIL_CHARS = 2000
 def caller_language(context: grpc.aio.ServicerContext, default: str) -> str:
     """The first language of the call's ``accept-language``, else ``default``."""
     for key, value in context.invocation_metadata() or ():
-        if key == "accept-language" and value:
+        if key == LANGUAGE_KEY and value:
             first = str(value).split(",")[0].split(";")[0].strip()
             return first or default
     return default
@@ -48,9 +47,6 @@ async def abort(context: grpc.aio.ServicerContext, error: ModelError, language: 
     )
     if error.retry_after is not None:
         detail.retry_after.CopyFrom(Duration(seconds=int(error.retry_after)))
-    packed = any_pb2.Any()
-    packed.Pack(detail)
-    status = status_pb2.Status(code=error.grpc_status.value[0], message=message, details=[packed])
     log.warning(
         "model call failed",
         code=error.code_name,
@@ -58,7 +54,7 @@ async def abort(context: grpc.aio.ServicerContext, error: ModelError, language: 
         provider_id=error.provider_id,
         detail=error.detail[:MAX_LOGGED_DETAIL_CHARS],
     )
-    await context.abort_with_status(rpc_status.to_status(status))
+    await context.abort_with_status(status_with(error.grpc_status, message, [detail]))
     raise AssertionError("abort_with_status returned")  # it always raises
 
 

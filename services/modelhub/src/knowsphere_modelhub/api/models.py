@@ -17,7 +17,7 @@ import grpc
 import structlog
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
-from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
+from knowsphere.modelhub.v1.modelhub_enums import DefaultModelSource, ModelConsumerKind, ModelType
 from knowsphere_contracts.events import ModelChange, ModelChanged
 from knowsphere_modelhub.api.convert import (
     model_types_of,
@@ -27,9 +27,8 @@ from knowsphere_modelhub.api.convert import (
     usage_to_proto,
 )
 from knowsphere_modelhub.api.errors import answer
-from knowsphere_modelhub.domain.errors import invalid_input
 from knowsphere_modelhub.domain.providers import PROVIDERS, to_proto
-from knowsphere_modelhub.domain.records import ModelRecord
+from knowsphere_modelhub.domain.records import ModelRecord, in_proto_order
 from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.validation import model_type_of
 from knowsphere_runtime.identity import require_identity
@@ -54,12 +53,10 @@ class ModelRegistryServicer:
         self._default_language = default_language
         self._changes = changes
 
-    async def _announce(
-        self, change: ModelChange, model_id: str, model_types: Iterable[ModelType] = ()
-    ) -> None:
+    async def _announce(self, change: ModelChange, model_id: str, model_types: Iterable[ModelType]) -> None:
         if self._changes is None:
             return
-        event = ModelChanged(model_id=model_id, change=change, model_types=list(model_types))
+        event = ModelChanged(model_id=model_id, change=change, model_types=in_proto_order(model_types))
         try:
             await self._changes.announce(event)
         except Exception:
@@ -85,7 +82,7 @@ class ModelRegistryServicer:
                 api_key=request.api_key or None,
                 description=request.description,
             )
-            await self._announce(ModelChange.CREATED, record.id)
+            await self._announce(ModelChange.CREATED, record.id, record.types)
             return pb.CreateModelResponse(model=record_to_proto(record))
 
         return await answer(context, self._default_language, work)
@@ -131,7 +128,7 @@ class ModelRegistryServicer:
                 changes["parameters"] = params_from_proto(request.parameters)
             tenant = require_identity().tenant_id
             record = await self._registry.update(tenant, request.model_id, **changes)
-            await self._announce(ModelChange.UPDATED, record.id)
+            await self._announce(ModelChange.UPDATED, record.id, record.types)
             return pb.UpdateModelResponse(model=await self._model(tenant, record))
 
         return await answer(context, self._default_language, work)
@@ -140,8 +137,8 @@ class ModelRegistryServicer:
         self, request: pb.DeleteModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteModelResponse:
         async def work() -> pb.DeleteModelResponse:
-            await self._registry.delete(require_identity().tenant_id, request.model_id)
-            await self._announce(ModelChange.DELETED, request.model_id)
+            record = await self._registry.delete(require_identity().tenant_id, request.model_id)
+            await self._announce(ModelChange.DELETED, record.id, record.types)
             return pb.DeleteModelResponse()
 
         return await answer(context, self._default_language, work)
@@ -154,9 +151,11 @@ class ModelRegistryServicer:
         async def work() -> pb.SetDefaultModelResponse:
             tenant = require_identity().tenant_id
             model_type = model_type_of("type", request.type)
-            await self._registry.set_default(tenant, model_type, request.model_id)
+            record, source = await self._registry.set_default(tenant, model_type, request.model_id)
             await self._announce(ModelChange.DEFAULT_CHANGED, request.model_id, [model_type])
-            return pb.SetDefaultModelResponse(default_model=await self._resolved_default(tenant, model_type))
+            return pb.SetDefaultModelResponse(
+                default_model=await self._resolved_default(tenant, model_type, record, source)
+            )
 
         return await answer(context, self._default_language, work)
 
@@ -164,16 +163,19 @@ class ModelRegistryServicer:
         self, request: pb.GetDefaultModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetDefaultModelResponse:
         async def work() -> pb.GetDefaultModelResponse:
-            model_type = ModelType.from_number(request.type)
-            if model_type is None:
-                raise invalid_input("type", "a model type is required")
+            model_type = model_type_of("type", request.type)
             tenant = require_identity().tenant_id
-            return pb.GetDefaultModelResponse(default_model=await self._resolved_default(tenant, model_type))
+            record, source = await self._registry.get_default(tenant, model_type)
+            return pb.GetDefaultModelResponse(
+                default_model=await self._resolved_default(tenant, model_type, record, source)
+            )
 
         return await answer(context, self._default_language, work)
 
-    async def _resolved_default(self, tenant: str, model_type: ModelType) -> pb.ResolvedDefault:
-        record, source = await self._registry.get_default(tenant, model_type)
+    async def _resolved_default(
+        self, tenant: str, model_type: ModelType, record: ModelRecord | None, source: DefaultModelSource
+    ) -> pb.ResolvedDefault:
+        """The message of the default in force for a type: ``record`` (None: none) from ``source``."""
         resolved = pb.ResolvedDefault(type=model_type.to_proto(), source=source.to_proto())
         if record is not None:
             resolved.model.CopyFrom(await self._model(tenant, record))

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelType
+from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_modelhub.domain.errors import invalid_field
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
 from knowsphere_modelhub.domain.secrets import mask
 from knowsphere_modelhub.domain.validation import (
-    MAX_EMBEDDING_DIMENSION,
     ProviderInfo,
     check_base_url,
     check_key_present,

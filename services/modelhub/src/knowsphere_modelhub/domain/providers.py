@@ -25,9 +25,6 @@ ApiStyle = Literal["openai", "anthropic", "local"]
 RerankShape = Literal["jina", "dashscope"]
 AuthStyle = Literal["bearer", "x-api-key", "none"]
 
-URL_OR_DATA_URL = ImageInputFormat.URL_OR_DATA_URL
-BASE64_ONLY = ImageInputFormat.BASE64_ONLY
-
 
 @dataclass(frozen=True)
 class EmbedInputHint:
@@ -85,9 +82,6 @@ class ProviderSpec:
     def openai_compatible(self) -> bool:
         return self.api_style == "openai"
 
-    def offers(self, model_type: ModelType) -> bool:
-        return model_type in self.model_types
-
 
 _CHAT = frozenset({ModelType.KNOWLEDGE_QA})
 _CHAT_VISION = frozenset({ModelType.KNOWLEDGE_QA, ModelType.VLM})
@@ -101,7 +95,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         model_types=frozenset(ModelType),
         # Logprobs and json_schema are not documented for the chat endpoint; stream_options is not
         # documented either (usage arrives in the stream chunks anyway).
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         embeddings_path="/embeddings",
         rerank_path="/rerank",
         rerank_shape="jina",
@@ -117,7 +111,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         max_top_logprobs=20,
         json_schema_output=True,
         cached_token_usage=True,
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         stream_usage_option=True,
         # max_tokens is deprecated and rejected by reasoning models.
         max_tokens_field="max_completion_tokens",
@@ -134,7 +128,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         # recent ones: both conservative (off). Speech recognition (Paraformer) is a native async
         # API, not /audio/transcriptions, so ASR is not offered here.
         cached_token_usage=True,
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         stream_usage_option=True,
         embeddings_path="/embeddings",
         rerank_path="/api/v1/services/rerank/text-rerank/text-rerank",
@@ -151,7 +145,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         # last chunk). Its rerank endpoint is newer and not verified here, so it is not offered.
         tool_choice_required=False,
         cached_token_usage=True,
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         embeddings_path="/embeddings",
     ),
     ProviderSpec(
@@ -178,7 +172,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         # inside the last choice, so stream_options is not sent. Logprobs are not documented.
         tool_choice_required=False,
         cached_token_usage=True,
-        image_input=BASE64_ONLY,
+        image_input=ImageInputFormat.BASE64_ONLY,
     ),
     ProviderSpec(
         id="volcengine",
@@ -188,7 +182,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # Logprobs and json_schema are documented for some Doubao models only: conservative (off).
         cached_token_usage=True,
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         stream_usage_option=True,
         embeddings_path="/embeddings",
     ),
@@ -199,7 +193,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         docs_url="https://cloud.tencent.com/document/product/1729/111007",
         model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # stream_options, logprobs and json_schema are not documented for the compatible API.
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         embeddings_path="/embeddings",
     ),
     ProviderSpec(
@@ -210,7 +204,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         model_types=frozenset({ModelType.EMBEDDING, ModelType.KNOWLEDGE_QA, ModelType.VLM}),
         # The v2 rerank endpoint's shape was not verified here, so rerank is not offered;
         # stream_options and logprobs are conservative (off).
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         embeddings_path="/embeddings",
     ),
     ProviderSpec(
@@ -224,7 +218,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         cache_breakpoints=True,
         max_cache_breakpoints=4,
         cached_token_usage=True,
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
     ),
     ProviderSpec(
         id="jina",
@@ -254,7 +248,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         cache_breakpoints=True,
         max_cache_breakpoints=4,
         cached_token_usage=True,
-        image_input=BASE64_ONLY,  # sent as base64 source blocks; URLs are downloaded first
+        image_input=ImageInputFormat.BASE64_ONLY,  # sent as base64 source blocks; URLs are downloaded first
         default_max_tokens=4096,
     ),
     ProviderSpec(
@@ -267,7 +261,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         local=True,
         auth_style="none",
         # Older Ollama versions take base64 images only and return no logprobs: conservative.
-        image_input=BASE64_ONLY,
+        image_input=ImageInputFormat.BASE64_ONLY,
         stream_usage_option=True,
         embeddings_path="/embeddings",
     ),
@@ -280,7 +274,7 @@ _SPECS: tuple[ProviderSpec, ...] = (
         requires_api_key=False,
         # Unknown server (vLLM, llama.cpp, Xinference, a gateway …): only the common core is
         # assumed; rerank in the Jina shape that vLLM and Xinference serve.
-        image_input=URL_OR_DATA_URL,
+        image_input=ImageInputFormat.URL_OR_DATA_URL,
         embeddings_path="/embeddings",
         rerank_path="/rerank",
         rerank_shape="jina",

@@ -266,8 +266,9 @@ class Registry:
             if users:
                 raise in_use.vectors_in_use(current, users)
 
-    async def delete(self, tenant_id: str, model_id: str) -> None:
-        """Delete a tenant model; refused (naming why) for built-in models, defaults and used models."""
+    async def delete(self, tenant_id: str, model_id: str) -> ModelRecord:
+        """Delete a tenant model and return what it was; refused (naming why) for built-in models,
+        defaults and used models."""
         _require_tenant(tenant_id)
         record = await self.get(tenant_id, model_id)
         self._refuse_fixed(record, "deleted")
@@ -280,6 +281,7 @@ class Registry:
             raise in_use.referenced_meanwhile(record) from None
         if not deleted:
             raise _not_found(model_id)
+        return record
 
     def _refuse_fixed(self, record: ModelRecord, verb: str) -> None:
         if self._environment.by_id(record.id) is not None:

@@ -12,6 +12,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
+from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_modelhub.domain.errors import ModelError, invalid_field
 from knowsphere_modelhub.domain.ports import Usage
 from knowsphere_modelhub.domain.records import ModelParams, in_proto_order
@@ -21,7 +22,6 @@ MAX_MODEL_NAME_CHARS = 256
 MAX_DESCRIPTION_CHARS = 2000
 MAX_BASE_URL_CHARS = 2048
 MAX_API_KEY_CHARS = 4096
-MAX_EMBEDDING_DIMENSION = 8192
 MAX_TEMPERATURE = 2.0
 MAX_CONSUMER_ID_CHARS = 256
 MAX_CONSUMER_NAME_CHARS = 500

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from faststream.nats import NatsRouter
 
-from knowsphere_clients.model_changes import MODELHUB, model_changes_router
+from knowsphere_clients.model_changes import model_changes_router
 
-__all__ = ["MODELHUB", "RetrievalBus", "build_bus"]
+__all__ = ["RetrievalBus", "build_bus"]
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 import grpc
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
+from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_retrieval.api.convert import (
     config_message,
     document_metadata,
@@ -27,8 +28,6 @@ from knowsphere_retrieval.domain.search import collection_name
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
-
-MAX_EMBEDDING_DIMENSION: Final = 8192
 
 
 @dataclass
@@ -68,11 +67,7 @@ class IndexingServicer:
                 # A switch is refused until every chunk has a vector of the new model.
                 chunk_count = (await chunks.knowledge_base_counts(tenant, [kb_id]))[kb_id].chunk_count
                 if chunk_count:
-                    have = (
-                        await vectors.count(collection, tenant, kb_id)
-                        if collection in await vectors.collections()
-                        else 0
-                    )
+                    have = await self._stores.vector_count(collection, tenant, kb_id)
                     if have < chunk_count:
                         raise RequestError(
                             grpc.StatusCode.FAILED_PRECONDITION,
@@ -235,8 +230,8 @@ class IndexingServicer:
             deleted = 0
             if dimension is not None:
                 collection = collection_name(model_id, dimension)
-                if collection in await stores.vectors.collections():
-                    deleted = await stores.vectors.count(collection, tenant, kb_id)
+                deleted = await stores.vector_count(collection, tenant, kb_id)
+                if deleted:
                     await stores.vectors.delete_knowledge_base(collection, tenant, kb_id)
                 await stores.chunks.put_kb_config(
                     replace(config, stored_models=tuple(sorted(stored.items())))

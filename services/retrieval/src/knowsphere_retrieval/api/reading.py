@@ -24,7 +24,7 @@ from knowsphere_retrieval.api.convert import (
 from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.domain.grep import GrepLimits, plan_grep
 from knowsphere_retrieval.domain.ports import KnowledgeBaseConfig, QueryModels, Scope, StoredChunk
-from knowsphere_retrieval.domain.search import KnowledgeBaseIndex, Searcher
+from knowsphere_retrieval.domain.search import KnowledgeBaseIndex, Searcher, collection_name
 from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import answer, invalid
@@ -189,6 +189,7 @@ class ReadingServicer:
                 lexical_backend=stores.lexical_backend,
                 graph_backend=stores.graph_backend,
             )
+            existing = await stores.collections()  # once per call, not per knowledge base
             for config in configs:
                 kb = config.knowledge_base_id
                 stats = pb.KnowledgeBaseIndexStats(
@@ -199,16 +200,14 @@ class ReadingServicer:
                     parent_count=counts[kb].parent_count,
                     lexical_entry_count=await stores.lexical.count(tenant, kb),
                 )
-                present = {model: collection for collection, model, _ in await stores.collections_of(config)}
                 for model_id, dimension in config.stored_models:
-                    collection = present.get(model_id)
                     stats.embeddings.append(
                         pb.EmbeddingModelStats(
                             model_id=model_id,
                             dimension=dimension,
-                            vector_count=await stores.vectors.count(collection, tenant, kb)
-                            if collection
-                            else 0,
+                            vector_count=await stores.vector_count(
+                                collection_name(model_id, dimension), tenant, kb, existing=existing
+                            ),
                             active=model_id == config.embedding_model_id,
                         )
                     )

@@ -7,6 +7,7 @@ so it is attached here once, and every servicer sees it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from knowsphere_retrieval.domain.ports import (
@@ -45,14 +46,34 @@ class Stores:
             raise invalid(field, f"{len(knowledge_base_ids)} ids; the limit is {limit}")
         return await self.chunks.get_kb_configs(tenant_id, knowledge_base_ids)
 
+    async def collections(self) -> frozenset[str]:
+        """The vector collections that exist: one call to the vector index (an HTTP round trip on
+        Qdrant), so a request reads it once and passes it on as ``existing``."""
+        return frozenset(await self.vectors.collections())
+
     async def collections_of(self, config: KnowledgeBaseConfig) -> list[tuple[str, str, int]]:
         """(collection, model id, dimension) of every model with vectors stored for the knowledge base,
         among the collections that exist."""
-        existing = set(await self.vectors.collections())
+        present = await self.collections()
         found = [
             (collection_name(model, dimension), model, dimension) for model, dimension in config.stored_models
         ]
-        return [item for item in found if item[0] in existing]
+        return [item for item in found if item[0] in present]
+
+    async def vector_count(
+        self,
+        collection: str,
+        tenant_id: str,
+        knowledge_base_id: str,
+        *,
+        existing: AbstractSet[str] | None = None,
+    ) -> int:
+        """The knowledge base's vectors in ``collection``; 0 when the collection does not exist
+        (``existing``: the collections, read here when not given)."""
+        present = await self.collections() if existing is None else existing
+        if collection not in present:
+            return 0
+        return await self.vectors.count(collection, tenant_id, knowledge_base_id)
 
     async def drop_from_indexes(
         self, tenant_id: str, knowledge_base_id: str, chunk_ids: Sequence[str]

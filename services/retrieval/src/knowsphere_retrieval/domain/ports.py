@@ -365,6 +365,10 @@ class ChunkStore(Protocol):
         self, tenant_id: str, knowledge_base_ids: Sequence[str]
     ) -> dict[str, KnowledgeBaseCounts]: ...
 
+    async def open(self) -> None:
+        """Connect and create what is missing; called once at start-up, before any other call."""
+        ...
+
     async def close(self) -> None: ...
 
 
