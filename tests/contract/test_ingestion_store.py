@@ -21,8 +21,6 @@ from knowsphere_ingestion.adapters.store import (
     DuplicateContent,
     DuplicateName,
     IngestionStore,
-    decode_page_token,
-    encode_page_token,
 )
 from knowsphere_ingestion.adapters.store_tables import documents, knowledge_bases
 from knowsphere_ingestion.domain.records import (
@@ -132,12 +130,6 @@ async def test_a_knowledge_base_reads_back_as_written_and_lists_by_name_in_pages
     assert [k.name for k in second] == ["charlie", "delta"]
     assert rest == []
     assert [k.name for k in await store.list_kbs(B, 10, None)] == ["aardvark"]
-    # The page token of the API carries the last name.
-    assert decode_page_token(encode_page_token([first[-1].name]), 1) == ["bravo"]
-    with pytest.raises(ValueError, match="page_token"):
-        decode_page_token("not-a-token", 1)
-    with pytest.raises(ValueError, match="page_token"):
-        decode_page_token(encode_page_token(["a", "b"]), 1)
 
 
 async def test_names_are_unique_per_tenant(store: IngestionStore) -> None:
@@ -469,10 +461,7 @@ async def test_documents_list_newest_first_in_pages_and_by_status(store: Ingesti
         if not page:
             break
         pages.append([d.id for d in page])
-        # What the API hands out and takes back as the page token.
-        token = encode_page_token([repr(page[-1].create_time.timestamp()), page[-1].id])
-        rank, last_id = decode_page_token(token, 2)
-        after = (float(rank), last_id)
+        after = (page[-1].create_time.timestamp(), page[-1].id)  # what the API's page token carries
 
     assert pages == [
         ["doc-tie-c", "doc-tie-b"],

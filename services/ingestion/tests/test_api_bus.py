@@ -7,6 +7,7 @@ import asyncio
 
 from faststream.nats import TestNatsBroker
 
+from knowsphere_clients.model_changes import MODELHUB
 from knowsphere_contracts.events import (
     DocumentsFinished,
     DocumentsProgress,
@@ -16,7 +17,7 @@ from knowsphere_contracts.events import (
     ProgressUpdate,
 )
 from knowsphere_contracts.vocabulary import DocumentStatus
-from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, MODELHUB, DocumentEvent, build_bus
+from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, DocumentEvent, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import Identity, bound_identity
 

@@ -16,7 +16,7 @@ from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.api.documents import DocumentRemoval, Documents
-from knowsphere_ingestion.core import Reconciler
+from knowsphere_ingestion.api.reconciler import Reconciler
 from knowsphere_ingestion.domain.records import ChunkingSettings, Document, KnowledgeBase
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store

@@ -21,13 +21,21 @@ from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity, bound_identity
 
 TENANT = "tenant-a"
+OTHER = "tenant-b"
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
+KNOWLEDGE_BASES = {(TENANT, "kb-1"), (OTHER, "kb-b")}
 
 
-def document(document_id: str, status: DocumentStatus, kb_id: str = "kb-1", percent: float = 0.0) -> Document:
+def document(
+    document_id: str,
+    status: DocumentStatus,
+    kb_id: str = "kb-1",
+    percent: float = 0.0,
+    tenant: str = TENANT,
+) -> Document:
     return Document(
         id=document_id,
-        tenant_id=TENANT,
+        tenant_id=tenant,
         knowledge_base_id=kb_id,
         file_name=f"{document_id}.md",
         content_type="text/markdown",
@@ -42,15 +50,16 @@ def document(document_id: str, status: DocumentStatus, kb_id: str = "kb-1", perc
 
 
 class Store:
-    """The documents as the database holds them; ``on_read`` runs while a watch reads the current state."""
+    """The documents as the database holds them, each read scoped to a tenant as the real store's are;
+    ``on_read`` runs while a watch reads the current state."""
 
     def __init__(self, *documents: Document) -> None:
-        self.documents = {d.id: d for d in documents}
+        self.documents = {(d.tenant_id, d.id): d for d in documents}
         self.on_read: list[Document] = []  # changes that land while the current state is read
         self.fanout: Fanout[DocumentEvent] | None = None
 
     def change(self, changed: Document) -> None:
-        self.documents[changed.id] = changed
+        self.documents[changed.tenant_id, changed.id] = changed
         assert self.fanout is not None
         if changed.status in (DocumentStatus.READY, DocumentStatus.FAILED):
             event: DocumentEvent = DocumentsFinished(
@@ -75,18 +84,20 @@ class Store:
         return found
 
     async def get_documents(self, tenant: str, ids: Sequence[str]) -> list[Document]:
-        return self._read([self.documents[i] for i in ids if i in self.documents])
+        return self._read([d for (t, i), d in self.documents.items() if t == tenant and i in ids])
 
     async def list_documents(self, tenant: str, kb_id: str, **_: object) -> list[Document]:
-        return self._read([d for d in self.documents.values() if d.knowledge_base_id == kb_id])
+        return self._read(
+            [d for (t, _), d in self.documents.items() if t == tenant and d.knowledge_base_id == kb_id]
+        )
 
     async def get_document(self, tenant: str, document_id: str) -> Document | None:
-        return self.documents.get(document_id)
+        return self.documents.get((tenant, document_id))
 
     async def get_kb(self, tenant: str, kb_id: str, *, with_counts: bool = True) -> KnowledgeBase | None:
-        if kb_id != "kb-1":
+        if (tenant, kb_id) not in KNOWLEDGE_BASES:
             return None
-        return KnowledgeBase(kb_id, TENANT, "kb", "", "m", 8, ChunkingSettings(), False, "", NOW, NOW)
+        return KnowledgeBase(kb_id, tenant, "kb", "", "m", 8, ChunkingSettings(), False, "", NOW, NOW)
 
 
 class Aborted(Exception):
@@ -224,3 +235,49 @@ async def test_a_bad_watch_is_refused(
     else:
         assert "not found" in refused.value.status.details
     assert store.fanout is not None and store.fanout.watchers == 0
+
+
+async def test_a_watch_of_another_tenants_documents_finds_none(tmp_path: Path) -> None:
+    store = Store(document("a", DocumentStatus.PARSING))
+    watch = watch_of(store, tmp_path)
+    request = pb.WatchDocumentProgressRequest(documents=pb.DocumentIdList(document_ids=["a"]))
+    with bound_identity(Identity(OTHER, "user-b")), pytest.raises(Aborted) as refused:
+        _ = [r async for r in watch.WatchDocumentProgress(request, Context())]
+    assert refused.value.status.code == grpc.StatusCode.NOT_FOUND
+    assert refused.value.status.details == "documents not found: a"
+    assert store.fanout is not None and store.fanout.watchers == 0
+
+
+async def test_an_event_naming_another_tenants_documents_sends_nothing_of_them(tmp_path: Path) -> None:
+    store = Store(
+        document("a", DocumentStatus.PARSING),
+        document("b", DocumentStatus.QUEUED, kb_id="kb-b", tenant=OTHER),
+    )
+    watch = watch_of(store, tmp_path)
+    request = pb.WatchDocumentProgressRequest(knowledge_base_id="kb-b")
+    responses: list[tuple[str, int, int]] = []
+
+    async def run() -> None:
+        with bound_identity(Identity(OTHER, "user-b")):
+            async for response in watch.WatchDocumentProgress(request, Context()):
+                responses.append(seen(response))
+                if len(responses) == 1:
+                    # Events are not tenant-scoped: one for B's knowledge base may name A's documents.
+                    assert store.fanout is not None
+                    store.fanout.publish(
+                        DocumentsProgress(
+                            knowledge_base_id="kb-b",
+                            updates=[
+                                ProgressUpdate(document_id="a", stage=DocumentStatus.EMBEDDING, percent=40)
+                            ],
+                        )
+                    )
+                    store.change(
+                        document("b", DocumentStatus.READY, kb_id="kb-b", percent=100.0, tenant=OTHER)
+                    )
+                if len(responses) == 2:
+                    return
+
+    await asyncio.wait_for(run(), timeout=5)
+    # B's own document, before and after; of A's, nothing (the event about "a" came first).
+    assert responses == [("b", pb.DOCUMENT_STATUS_QUEUED, 0), ("b", pb.DOCUMENT_STATUS_READY, 100)]

@@ -58,21 +58,23 @@ class Runs:
 
 class ModelHub:
     """Whether the tenant has a default ASR model: ``cached`` is what the client's cache says, ``asr``
-    what modelhub says now."""
+    what modelhub says now; ``uncached`` counts the lookups that bypass the cache."""
 
     def __init__(self, asr: bool = False, cached: bool | None = None) -> None:
         self.asr = asr
         self.cached = asr if cached is None else cached
-        self.invalidated: list[str] = []
+        self.uncached = 0
+        self.invalidated: list[tuple[str, str]] = []
 
     async def has_default(self, model_type: object) -> bool:
         return self.cached
 
     async def get_default_model(self, model_type: object) -> mpb.ResolvedDefault:
+        self.uncached += 1
         return mpb.ResolvedDefault(model=mpb.Model(id="whisper")) if self.asr else mpb.ResolvedDefault()
 
     def invalidate(self, tenant_id: str, model_id: str = "") -> None:
-        self.invalidated.append(tenant_id)
+        self.invalidated.append((tenant_id, model_id))
         self.cached = self.asr
 
 
@@ -269,12 +271,32 @@ async def test_audio_waits_for_an_asr_model_that_a_stale_cache_does_not_see(
     runs = Runs()
     modelhub = ModelHub(asr=True, cached=False)  # configured a moment ago; no change event arrived yet
     uploads = Uploads(settings=settings(tmp_path), store=store, blobs=blobs, modelhub=modelhub, runs=runs)
-    response = await uploads.UploadDocuments(stream(file("kb-1", "call.wav", wav)), Context())
-    assert response.results[0].HasField("document"), response.results[0].error
-    assert modelhub.invalidated == [TENANT]  # the stale "no" is dropped, later files need no second ask
+    response = await uploads.UploadDocuments(
+        stream(file("kb-1", "call.wav", wav), file("kb-1", "again.wav", wav + b"\x01")), Context()
+    )
+    assert all(r.HasField("document") for r in response.results), response.results
+    # The stale "no" is dropped with what is cached of the model found; the second file needs no ask.
+    assert modelhub.invalidated == [(TENANT, "whisper")]
+    assert modelhub.uncached == 1
 
     policy = await Uploads(
         settings=settings(tmp_path), store=store, blobs=blobs, modelhub=ModelHub(asr=False), runs=runs
     ).GetUploadPolicy(pb.GetUploadPolicyRequest(), Context())
     wav_type = next(t for t in policy.file_types if t.extension == "wav")
     assert list(wav_type.missing_components) == ["asr"]
+
+
+async def test_the_upload_policy_answers_from_the_cache(
+    tmp_path: Path, identity: None, store: IngestionStore, blobs: BlobStore
+) -> None:
+    modelhub = ModelHub(asr=True, cached=False)
+    uploads = Uploads(settings=settings(tmp_path), store=store, blobs=blobs, modelhub=modelhub, runs=Runs())
+    policy = await uploads.GetUploadPolicy(pb.GetUploadPolicyRequest(), Context())
+    wav_type = next(t for t in policy.file_types if t.extension == "wav")
+    # What the cache says until a change event clears it: asking modelhub anew on every policy request
+    # would cost a lookup per page view.
+    assert list(wav_type.missing_components) == ["asr"]
+    assert modelhub.uncached == 0 and modelhub.invalidated == []
+    modelhub.cached = True
+    policy = await uploads.GetUploadPolicy(pb.GetUploadPolicyRequest(), Context())
+    assert list(next(t for t in policy.file_types if t.extension == "wav").missing_components) == []

@@ -5,12 +5,14 @@ The workflow workers run as their own process: ``python -m knowsphere_ingestion.
 
 from temporalio.client import Client
 
+from knowsphere_clients.model_changes import MODELHUB
 from knowsphere_ingestion import SERVICE_NAME
-from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, MODELHUB, DocumentEvent, build_bus
+from knowsphere_ingestion.api.bus import DOCUMENT_EVENTS, DocumentEvent, build_bus
 from knowsphere_ingestion.api.documents import DocumentRemoval
 from knowsphere_ingestion.api.grpc import build_binding
+from knowsphere_ingestion.api.reconciler import Reconciler
 from knowsphere_ingestion.api.runs import Runs
-from knowsphere_ingestion.core import Reconciler, Storage, peer_channels, peers
+from knowsphere_ingestion.core import Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service

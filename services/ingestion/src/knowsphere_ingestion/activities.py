@@ -13,7 +13,6 @@ from typing import Any
 
 from temporalio import activity
 
-from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import ModelHubClient, RetrievalClient
 from knowsphere_ingestion.adapters.batching import EmbedBatcher, WriteBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
@@ -43,7 +42,6 @@ class IngestionActivities:
         modelhub: ModelHubClient,
         retrieval: RetrievalClient,
         batcher: EmbedBatcher,
-        indexer: WriteBatcher[rpb.Chunk] | None = None,
         publish: Publish,
         parse_executor: Executor,
         index_batch_size: int = 128,
@@ -55,7 +53,7 @@ class IngestionActivities:
             modelhub=modelhub,
             retrieval=retrieval,
             embedder=batcher,
-            indexer=indexer or WriteBatcher(retrieval.index_chunks, batch_size=index_batch_size),
+            indexer=WriteBatcher(retrieval.index_chunks, batch_size=index_batch_size),
             infos=WriteBatcher(retrieval.put_document_infos, batch_size=index_batch_size),
             artifacts=RunArtifacts(blobs, vectors_per_artifact=vectors_per_artifact),
             events=DocumentEvents(publish),

@@ -17,10 +17,11 @@ from datetime import timedelta
 import structlog
 from temporalio.worker import Worker
 
+from knowsphere_clients.model_changes import MODELHUB
 from knowsphere_ingestion import SERVICE_NAME
 from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
-from knowsphere_ingestion.api.bus import MODELHUB, build_bus
+from knowsphere_ingestion.api.bus import build_bus
 from knowsphere_ingestion.core import Storage, peer_channels, peers
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.workflows import IngestDocuments, MigrateEmbeddings

@@ -18,7 +18,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage
-from knowsphere_ingestion.adapters.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.adapters.store_codec import (
     NO_COUNTS,
     document_columns,
@@ -41,8 +40,6 @@ __all__ = [
     "DuplicateContent",
     "DuplicateName",
     "IngestionStore",
-    "decode_page_token",
-    "encode_page_token",
 ]
 
 

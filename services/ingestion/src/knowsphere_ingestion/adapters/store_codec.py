@@ -124,8 +124,13 @@ def migration_from_json(data: dict[str, Any] | None) -> Migration | None:
     )
 
 
-def _chunking_to_json(chunking: ChunkingSettings | dict[str, Any]) -> dict[str, Any]:
-    return chunking.as_dict() if isinstance(chunking, ChunkingSettings) else chunking
+def _chunking_to_json(chunking: ChunkingSettings) -> dict[str, Any]:
+    return {**_fields(chunking), "strategy": chunking.strategy.value}
+
+
+def _chunking_from_json(data: dict[str, Any] | None) -> ChunkingSettings:
+    # The strategy word becomes its member in ChunkingSettings itself, older rows' words included.
+    return record_from_row(ChunkingSettings, data or {})
 
 
 def _warnings_to_json(warnings: Sequence[Failure]) -> list[dict[str, Any] | None]:
@@ -186,7 +191,7 @@ def kb_from_row(row: AnyRow, counts: tuple[int, int, int] = NO_COUNTS) -> Knowle
     return record_from_row(
         KnowledgeBase,
         row,
-        chunking=ChunkingSettings.from_dict(row.chunking or {}),
+        chunking=_chunking_from_json(row.chunking),
         migration=migration_from_json(row.migration),
         document_count=counts[0],
         chunk_count=counts[1],

@@ -19,8 +19,8 @@ from faststream import Context
 from faststream.nats import NatsRouter
 from faststream.nats.publisher.usecase import LogicPublisher
 
-from knowsphere_clients.model_changes import MODELHUB, model_changes_router
-from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress, Event
+from knowsphere_clients.model_changes import model_changes_router
+from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress
 from knowsphere_runtime.bus import Fanout
 
 DocumentEvent = DocumentsProgress | DocumentsFinished
@@ -29,7 +29,7 @@ DOCUMENT_EVENTS = "document_events"
 
 Events = Annotated[Fanout[DocumentEvent], Context(DOCUMENT_EVENTS)]
 
-__all__ = ["DOCUMENT_EVENTS", "MODELHUB", "DocumentEvent", "IngestionBus", "build_bus"]
+__all__ = ["DOCUMENT_EVENTS", "DocumentEvent", "IngestionBus", "build_bus"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,10 @@ class IngestionBus:
     progress: LogicPublisher
     finished: LogicPublisher
     model_changes: NatsRouter
-    """What a process caching model facts includes (with its ModelHubClient under ``MODELHUB``)."""
+    """What a process caching model facts includes (with its ModelHubClient under
+    :data:`knowsphere_clients.model_changes.MODELHUB`)."""
 
-    async def publish(self, event: Event) -> None:
+    async def publish(self, event: DocumentEvent) -> None:
         """Publishes a document event on its subject."""
         publisher = self.finished if isinstance(event, DocumentsFinished) else self.progress
         await publisher.publish(event.model_dump(mode="json"))

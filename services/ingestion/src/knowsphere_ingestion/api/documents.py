@@ -16,10 +16,10 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_clients import RetrievalClient
 from knowsphere_contracts.vocabulary import TERMINAL_STATUSES, DocumentStatus
 from knowsphere_ingestion import artifacts
-from knowsphere_ingestion.adapters.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.api import lookup
 from knowsphere_ingestion.api.convert import document_pb
+from knowsphere_ingestion.api.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.api.replies import reply
 from knowsphere_ingestion.api.runs import Runs, new_run_id
 from knowsphere_ingestion.domain.records import Document, Progress

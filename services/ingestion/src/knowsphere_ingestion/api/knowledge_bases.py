@@ -8,6 +8,7 @@ changes; a deletion takes its documents, index entries and files with it.
 from __future__ import annotations
 
 import uuid
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,16 +23,18 @@ from knowsphere_clients import (
     RetrievalClient,
     WrongModelType,
 )
+from knowsphere_contracts.convert import record_from
 from knowsphere_contracts.vocabulary import IN_PROGRESS_STATUSES, ChunkingStrategy, MigrationState
 from knowsphere_ingestion import artifacts
-from knowsphere_ingestion.adapters.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.adapters.store import DuplicateName, IngestionStore
 from knowsphere_ingestion.api import lookup
 from knowsphere_ingestion.api.convert import knowledge_base_pb
+from knowsphere_ingestion.api.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.api.replies import reply
 from knowsphere_ingestion.api.runs import Runs
 from knowsphere_ingestion.domain.records import ChunkingSettings, KnowledgeBase, Migration
 from knowsphere_ingestion.settings import Settings
+from knowsphere_ingestion.stages.retrieval_messages import configure_knowledge_base
 from knowsphere_ingestion.storage.blobs import BlobStore
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import RequestError, invalid, not_found, precondition
@@ -75,31 +78,22 @@ def chunking_of(settings: Settings, config: pb.ChunkingConfig | None) -> Chunkin
     defaults, other sizes must lie within the settings' range."""
     if config is None:
         return ChunkingSettings()
-    sizes = {
-        "chunking.chunk_size_tokens": config.chunk_size_tokens,
-        "chunking.chunk_overlap_tokens": config.chunk_overlap_tokens,
-        "chunking.parent_size_tokens": config.parent_size_tokens,
-        "chunking.child_size_tokens": config.child_size_tokens,
-    }
+    strategy = ChunkingStrategy.from_number(config.strategy)
+    chosen = record_from(ChunkingSettings, config, strategy=strategy or ChunkingStrategy.HEADING)
     low, high = settings.min_chunk_size_tokens, settings.max_chunk_size_tokens
-    for field, value in sizes.items():
+    for size in fields(chosen):
+        if size.name == "strategy":
+            continue
+        field, value = f"chunking.{size.name}", getattr(chosen, size.name)
         if value < 0:
             raise invalid(field, f"{value} is negative")
         if field.endswith("overlap_tokens"):
             continue
         if value and not low <= value <= high:
             raise invalid(field, f"{value} tokens is outside the allowed range {low}–{high}")
-    strategy = ChunkingStrategy.from_number(config.strategy)
     if strategy is None and config.strategy:  # unset means the default; a number we do not know is not
         accepted = ", ".join(s.value for s in ChunkingStrategy)
         raise invalid("chunking.strategy", f"{config.strategy} is not a chunking strategy ({accepted})")
-    chosen = ChunkingSettings(
-        strategy=strategy or ChunkingStrategy.HEADING,
-        chunk_size_tokens=config.chunk_size_tokens,
-        chunk_overlap_tokens=config.chunk_overlap_tokens,
-        parent_size_tokens=config.parent_size_tokens,
-        child_size_tokens=config.child_size_tokens,
-    )
     try:
         chosen.to_config()  # the chunker's own checks (overlap below size, parent above child)
     except ValueError as error:
@@ -147,15 +141,6 @@ class KnowledgeBases:
         except WrongModelType as error:
             raise invalid("embedding_model_id", str(error)) from error
 
-    async def _configure_retrieval(self, kb: KnowledgeBase) -> None:
-        await self._retrieval.configure_knowledge_base(
-            kb.id,
-            embedding_model_id=kb.embedding_model_id,
-            embedding_dimension=kb.embedding_dimension,
-            language_hint=kb.language_hint,
-            graph_enabled=kb.graph_enabled,
-        )
-
     async def CreateKnowledgeBase(self, request: pb.CreateKnowledgeBaseRequest, context: Any) -> Any:
         async def work() -> pb.CreateKnowledgeBaseResponse:
             tenant = require_identity().tenant_id
@@ -183,7 +168,7 @@ class KnowledgeBases:
             except DuplicateName as error:
                 raise _name_taken(name) from error
             try:
-                await self._configure_retrieval(kb)
+                await configure_knowledge_base(self._retrieval, kb)
             except BaseException:
                 await self._store.delete_kb(tenant, kb.id)  # nothing half-made is left behind
                 raise
@@ -250,7 +235,7 @@ class KnowledgeBases:
             if migrate_to is not None:
                 await self._runs.start_migration(updated, migrate_to.model_id)
             if "graph_enabled" in values or "language_hint" in values:
-                await self._configure_retrieval(updated)
+                await configure_knowledge_base(self._retrieval, updated)
             return pb.UpdateKnowledgeBaseResponse(knowledge_base=knowledge_base_pb(updated))
 
         return await reply(context, work)

@@ -76,21 +76,29 @@ class Uploads:
         self._runs = runs
 
     async def _has_asr(self) -> bool:
-        """Whether audio can be transcribed.
-
-        A yes comes from the client's per-tenant cache; a no is asked again uncached before a file is
-        refused on it, so a model configured a moment ago counts even if no change event reached this
-        process (the refusal path is rare, the upload path stays one lookup).
-        """
+        """Whether the tenant has a default ASR model, as the client's per-tenant cache says (modelhub's
+        change events clear it, see :mod:`knowsphere_ingestion.api.bus`)."""
         try:
-            if await self._modelhub.has_default(ModelType.ASR):
-                return True
+            return await self._modelhub.has_default(ModelType.ASR)
+        except ServiceError:
+            return False
+
+    async def _can_transcribe(self) -> bool:
+        """Whether audio can be transcribed, before a file is refused for it.
+
+        A cached "no" is asked again uncached, so a model configured a moment ago counts even if its
+        change event has not reached this process yet (only the refusal path pays the second lookup).
+        """
+        if await self._has_asr():
+            return True
+        try:
             fresh = await self._modelhub.get_default_model(ModelType.ASR)
         except ServiceError:
             return False
         if not fresh.HasField("model"):
             return False
-        self._modelhub.invalidate(require_identity().tenant_id)  # the cached "no" is stale
+        # The cached "no" is stale: drop what is cached of the defaults and of the model found.
+        self._modelhub.invalidate(require_identity().tenant_id, fresh.model.id)
         return True
 
     async def GetUploadPolicy(self, request: pb.GetUploadPolicyRequest, context: Any) -> Any:
@@ -126,7 +134,7 @@ class Uploads:
             if known is not None:
                 known[kb.id] = kb
         file_type = check_header(self._settings, header)
-        if file_type.needs == "asr" and not await self._has_asr():
+        if file_type.needs == "asr" and not await self._can_transcribe():
             raise precondition(
                 "header.file_name",
                 f"{file_type.extension} audio is transcribed by a speech-to-text (ASR) model and none is "
@@ -200,13 +208,16 @@ class Uploads:
         return document
 
     async def _start_or_drop(self, documents: Sequence[Document]) -> None:
-        """Starts the ingestion of freshly uploaded documents; if that fails, they are not kept."""
+        """Starts the ingestion of freshly uploaded documents; if that fails, they are not kept, and a
+        refusal says so."""
         try:
             await self._runs.start(documents)
-        except BaseException:
+        except BaseException as error:
             for document in documents:
                 await self._store.purge_document(document.tenant_id, document.id)
                 await self._blobs.delete(document.blob_key)
+            if isinstance(error, RequestError):
+                raise RequestError(error.code, f"{error.message}; {NOT_STORED}", field=error.field) from error
             raise
 
     async def UploadDocument(
@@ -221,12 +232,7 @@ class Uploads:
                 except DuplicateContent as duplicate:
                     span.set_attribute(attr.DOCUMENT_DUPLICATE, True)
                     return pb.UploadDocumentResponse(document=document_pb(duplicate.existing), duplicate=True)
-                try:
-                    await self._start_or_drop([document])
-                except RequestError as error:
-                    raise RequestError(
-                        error.code, f"{error.message}; {NOT_STORED}", field=error.field
-                    ) from error
+                await self._start_or_drop([document])
                 log.info("document uploaded", document_id=document.id, size=document.size_bytes)
                 return pb.UploadDocumentResponse(document=document_pb(document), duplicate=False)
 
@@ -272,10 +278,7 @@ class Uploads:
                     await self._start_or_drop([document for document, _ in run.accepted])
                 except RequestError as error:
                     for _, index in run.accepted:
-                        results[index] = _refused(
-                            results[index].file_name,
-                            RequestError(error.code, f"{error.message}; {NOT_STORED}", field=error.field),
-                        )
+                        results[index] = _refused(results[index].file_name, error)
 
             with tracer.start_as_current_span("ingestion.upload") as span:
                 header = await stream.next_header()

@@ -5,14 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from knowsphere_contracts.vocabulary import (
-    STAGE_STATUS,
-    TERMINAL_STATUSES,
-    ChunkingStrategy,
-    DocumentStatus,
-    IngestionStage,
-    MigrationState,
-)
+from knowsphere_contracts.vocabulary import ChunkingStrategy, DocumentStatus, IngestionStage, MigrationState
 from knowsphere_ingestion.domain.chunking import (
     DEFAULT_CHILD_OVERLAP,
     DEFAULT_CHILD_SIZE,
@@ -21,30 +14,13 @@ from knowsphere_ingestion.domain.chunking import (
     ChunkingConfig,
 )
 
-__all__ = [  # the shared vocabulary, as ingestion's records use it
-    "STAGE_STATUS",
-    "TERMINAL",
-    "ChunkingSettings",
-    "Document",
-    "DocumentStatus",
-    "Failure",
-    "KnowledgeBase",
-    "Migration",
-    "Progress",
-    "Status",
-]
-
-Status = DocumentStatus
-STATUSES: tuple[DocumentStatus, ...] = tuple(DocumentStatus)
-TERMINAL = TERMINAL_STATUSES
-Stage = IngestionStage
 # Share of the overall percentage each stage covers (graph is extra work after the document is usable).
-STAGE_SPAN: dict[str, tuple[float, float]] = {
-    "parse": (0.0, 15.0),
-    "chunk": (15.0, 20.0),
-    "embed": (20.0, 85.0),
-    "index": (85.0, 99.0),
-    "graph": (99.0, 100.0),
+STAGE_SPAN: dict[IngestionStage, tuple[float, float]] = {
+    IngestionStage.PARSE: (0.0, 15.0),
+    IngestionStage.CHUNK: (15.0, 20.0),
+    IngestionStage.EMBED: (20.0, 85.0),
+    IngestionStage.INDEX: (85.0, 99.0),
+    IngestionStage.GRAPH: (99.0, 100.0),
 }
 
 
@@ -59,7 +35,8 @@ class ChunkingSettings:
     child_size_tokens: int = 0
 
     def __post_init__(self) -> None:
-        # Rows written before the vocabulary was shared say "headings" for the heading strategy.
+        # The one place a stored strategy word becomes the vocabulary's member; rows written before the
+        # vocabulary was shared say "headings" for the heading strategy.
         if not isinstance(self.strategy, ChunkingStrategy):
             strategy = "heading" if self.strategy == "headings" else self.strategy
             object.__setattr__(self, "strategy", ChunkingStrategy.parse(strategy))
@@ -76,28 +53,6 @@ class ChunkingSettings:
             strategy=self.strategy,
             heading_max_size=self.chunk_size_tokens or DEFAULT_HEADING_MAX_SIZE,
             child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
-        )
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "strategy": self.strategy.value,
-            "chunk_size_tokens": self.chunk_size_tokens,
-            "chunk_overlap_tokens": self.chunk_overlap_tokens,
-            "parent_size_tokens": self.parent_size_tokens,
-            "child_size_tokens": self.child_size_tokens,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> ChunkingSettings:
-        strategy = ChunkingStrategy.parse(
-            "parent_child" if data.get("strategy") == ChunkingStrategy.PARENT_CHILD else "heading"
-        )
-        return cls(
-            strategy=strategy,
-            chunk_size_tokens=int(data.get("chunk_size_tokens", 0) or 0),  # type: ignore[call-overload]
-            chunk_overlap_tokens=int(data.get("chunk_overlap_tokens", 0) or 0),  # type: ignore[call-overload]
-            parent_size_tokens=int(data.get("parent_size_tokens", 0) or 0),  # type: ignore[call-overload]
-            child_size_tokens=int(data.get("child_size_tokens", 0) or 0),  # type: ignore[call-overload]
         )
 
 
@@ -164,7 +119,7 @@ class Document:
     size_bytes: int
     content_sha256: str
     blob_key: str
-    status: Status
+    status: DocumentStatus
     create_time: datetime
     update_time: datetime
     ingest_run_id: str = ""

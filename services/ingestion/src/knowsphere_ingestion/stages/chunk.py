@@ -8,9 +8,10 @@ from dataclasses import replace
 from knowsphere_contracts.vocabulary import IngestionStage
 from knowsphere_ingestion.domain.chunking import chunk_document
 from knowsphere_ingestion.domain.records import STAGE_SPAN, KnowledgeBase
+from knowsphere_ingestion.parsing.errors import ParseErrorCode
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.engine import Done, Stage, run_stage
-from knowsphere_ingestion.stages.errors import FailureCode, permanent
+from knowsphere_ingestion.stages.errors import permanent
 from knowsphere_ingestion.stages.liveness import heartbeating
 from knowsphere_ingestion.workflows import IngestBatch, StageResult
 
@@ -38,7 +39,9 @@ async def _chunk_one(context: StageContext, stage: Stage, kb: KnowledgeBase) -> 
             loop.run_in_executor(None, chunk_document, job.document_id, parsed, config)
         )
     if not chunks:
-        raise permanent(FailureCode.EMPTY_DOCUMENT, f"{stage.document.file_name} contains no text to index")
+        raise permanent(
+            ParseErrorCode.EMPTY_DOCUMENT, f"{stage.document.file_name} contains no text to index"
+        )
     await context.artifacts.put_chunks(job, chunks)
     progress = replace(
         stage.document.progress, chunks_total=len(chunks), percent=STAGE_SPAN[IngestionStage.CHUNK][1]

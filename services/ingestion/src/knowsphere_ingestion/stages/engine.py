@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from temporalio.exceptions import ApplicationError
 
 from knowsphere_contracts.vocabulary import STAGE_STATUS, DocumentStatus, IngestionStage, pipeline_position
 from knowsphere_ingestion.domain.records import STAGE_SPAN, Document, KnowledgeBase, Progress
@@ -91,6 +93,45 @@ class Stage:
 
 StageWork = Callable[[Stage, KnowledgeBase], Awaitable[Done]]
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Outcomes(Generic[T, R]):
+    """What the work on each item of a batch came to, in the batch's order."""
+
+    done: list[tuple[T, R]] = field(default_factory=list)
+    failed: list[tuple[T, ApplicationError]] = field(default_factory=list)
+    """Items whose work failed for good (:func:`~knowsphere_ingestion.stages.errors.permanent`)."""
+    retry: BaseException | None = None
+    """The first error a retry may fix; raise it (:meth:`raise_retry`) once the rest are recorded."""
+
+    def raise_retry(self) -> None:
+        if self.retry is not None:
+            raise self.retry
+
+
+async def gather_outcomes(items: Sequence[T], work: Callable[[T], Awaitable[R]]) -> Outcomes[T, R]:
+    """Runs ``work`` for every item at once and sorts what each came to.
+
+    One item's failure does not stop the others: the caller records what finished and what failed for
+    good before raising the retry, so the workflow's retry redoes only the rest. A cancelled item is
+    raised at once.
+    """
+    results = await asyncio.gather(*(work(item) for item in items), return_exceptions=True)
+    outcomes: Outcomes[T, R] = Outcomes()
+    for item, result in zip(items, results, strict=True):
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        if not isinstance(result, BaseException):
+            outcomes.done.append((item, result))
+        elif isinstance(result, ApplicationError) and is_permanent(result):
+            outcomes.failed.append((item, result))
+        elif outcomes.retry is None:
+            outcomes.retry = result
+    return outcomes
+
 
 async def knowledge_base(context: StageContext, batch: IngestBatch) -> KnowledgeBase:
     kb = await context.store.get_kb(batch.tenant_id, batch.knowledge_base_id, with_counts=False)
@@ -147,26 +188,16 @@ async def run_stage(
             Stage(context, job, stage, found[job.document_id], resumed=document.status == status)
             for job, document in todo
         ]
-        outcomes = await asyncio.gather(*(work(s, kb) for s in stages), return_exceptions=True)
-        finished: list[tuple[Stage, Done]] = []
-        retry: BaseException | None = None
-        for current, outcome in zip(stages, outcomes, strict=True):
-            if isinstance(outcome, Done):
-                finished.append((current, outcome))
-            elif is_permanent(outcome):
-                code, reason, attempts = failure_details(outcome)
-                if code == FailureCode.SUPERSEDED:
-                    await context.artifacts.delete(current.job)
-                else:
-                    await fail_one(context, current.job, stage, code, reason, attempts)
-            elif isinstance(outcome, asyncio.CancelledError):
-                raise outcome
-            elif retry is None:
-                retry = outcome
-        items, recorded = await _record(context, batch, stage, finished)
+        outcomes = await gather_outcomes(stages, lambda current: work(current, kb))
+        for current, error in outcomes.failed:
+            code, reason, attempts = failure_details(error)
+            if code == FailureCode.SUPERSEDED:
+                await context.artifacts.delete(current.job)
+            else:
+                await fail_one(context, current.job, stage, code, reason, attempts)
+        items, recorded = await _record(context, batch, stage, outcomes.done)
         remaining.extend(recorded)
-        if retry is not None:
-            raise retry
+        outcomes.raise_retry()
         order = {job.document_id: n for n, job in enumerate(jobs)}
         remaining.sort(key=lambda job: order[job.document_id])
         return StageResult(

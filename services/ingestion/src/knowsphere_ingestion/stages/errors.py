@@ -21,14 +21,14 @@ from knowsphere_ingestion.workflows import PERMANENT
 
 
 class FailureCode(StrEnum):
-    """Why a stage failed or warned, besides a parser's :class:`ParseErrorCode`."""
+    """Why a stage failed or warned, besides a parser's :class:`ParseErrorCode` (whose codes, such as
+    ``empty_document``, the stages raise as they are rather than repeating them here)."""
 
     SUPERSEDED = "superseded"
     """The document was deleted or re-ingested while this run worked on it (not shown to users)."""
     KNOWLEDGE_BASE_DELETED = "knowledge_base_deleted"
     FILE_MISSING = "file_missing"
     ARTIFACT_MISSING = "artifact_missing"
-    EMPTY_DOCUMENT = "empty_document"
     NO_MODEL_CONFIGURED = "no_model_configured"
     OCR_UNAVAILABLE = "ocr_unavailable"
     VLM_FAILED = "vlm_failed"

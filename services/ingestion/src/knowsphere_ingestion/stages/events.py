@@ -15,20 +15,16 @@ from contextvars import ContextVar
 
 import structlog
 
-from knowsphere_contracts.events import (
-    DocumentsFinished,
-    DocumentsProgress,
-    Event,
-    FinishedDocument,
-    ProgressUpdate,
-)
+from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress, FinishedDocument, ProgressUpdate
 from knowsphere_contracts.vocabulary import STAGE_STATUS, DocumentStatus
+from knowsphere_ingestion.api.bus import DocumentEvent
 from knowsphere_ingestion.domain.records import Failure
 from knowsphere_ingestion.workflows import IngestInput
 
 log = structlog.get_logger(__name__)
 
-Publish = Callable[[Event], Awaitable[None]]
+Publish = Callable[[DocumentEvent], Awaitable[None]]
+"""Publishes a document event on its subject (:meth:`~knowsphere_ingestion.api.bus.IngestionBus.publish`)."""
 Pending = list[tuple[str, ProgressUpdate | FinishedDocument]]  # (knowledge base id, item)
 
 # What the current task announces while collecting; None when it publishes at once.
@@ -96,7 +92,7 @@ class DocumentEvents:
                 progress.setdefault(kb_id, []).append(item)
             else:
                 finished.setdefault(kb_id, []).append(item)
-        events: list[Event] = [
+        events: list[DocumentEvent] = [
             *(DocumentsProgress(knowledge_base_id=kb, updates=updates) for kb, updates in progress.items()),
             *(DocumentsFinished(knowledge_base_id=kb, documents=docs) for kb, docs in finished.items()),
         ]

@@ -18,8 +18,8 @@ from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage
 from knowsphere_ingestion.domain import graph as gx
 from knowsphere_ingestion.domain.records import Document, Failure
 from knowsphere_ingestion.stages.context import StageContext
-from knowsphere_ingestion.stages.engine import Stage, current_documents
-from knowsphere_ingestion.stages.errors import FailureCode, from_service, is_permanent, permanent
+from knowsphere_ingestion.stages.engine import Stage, current_documents, gather_outcomes
+from knowsphere_ingestion.stages.errors import FailureCode, from_service, permanent
 from knowsphere_ingestion.stages.liveness import beat
 from knowsphere_ingestion.stages.retrieval_messages import document_message, entity_message, relation_message
 from knowsphere_ingestion.workflows import (
@@ -57,28 +57,18 @@ async def extract_graph(context: StageContext, batch: IngestBatch) -> StageResul
         ]
         limit = asyncio.Semaphore(GRAPH_DOCUMENTS_AT_ONCE)
 
-        async def one(job: IngestInput, document: Document) -> int:
+        async def one(item: tuple[IngestInput, Document]) -> int:
             async with limit:
-                return await _graph_one(context, job, document)
+                return await _graph_one(context, *item)
 
-        outcomes = await asyncio.gather(
-            *(one(job, document) for job, document in current), return_exceptions=True
-        )
-        items = 0
-        retry: BaseException | None = None
-        for (job, _), outcome in zip(current, outcomes, strict=True):
-            if isinstance(outcome, int):
-                items += outcome
-                await _make_ready(context, job)
-            elif is_permanent(outcome):
-                code, reason, _ = failure_details(outcome)
-                await _make_ready(context, job, code, reason)
-            elif isinstance(outcome, asyncio.CancelledError):
-                raise outcome
-            elif retry is None:
-                retry = outcome
-        if retry is not None:
-            raise retry
+        outcomes = await gather_outcomes(current, one)
+        for (job, _), _stored in outcomes.done:
+            await _make_ready(context, job)
+        for (job, _), error in outcomes.failed:
+            code, reason, _attempts = failure_details(error)
+            await _make_ready(context, job, code, reason)
+        outcomes.raise_retry()
+        items = sum(stored for _, stored in outcomes.done)
         return StageResult(items=items, graph_enabled=True, remaining=batch.documents)
 
 

@@ -19,7 +19,7 @@ from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.embed import document_vectors
 from knowsphere_ingestion.stages.errors import FailureCode, from_service, retryable
 from knowsphere_ingestion.stages.liveness import beat
-from knowsphere_ingestion.stages.retrieval_messages import chunk_message
+from knowsphere_ingestion.stages.retrieval_messages import chunk_message, configure_knowledge_base
 from knowsphere_ingestion.workflows import IngestInput, MigrateInput, MigrationFailure
 from knowsphere_runtime.identity import Identity, bound_identity
 
@@ -65,14 +65,9 @@ async def migrate_embeddings(context: StageContext, job: MigrateInput) -> None:
                 kb.id,
                 migration=replace(migration, documents_done=number + 1, documents_total=len(documents)),
             )
+        switched = replace(kb, embedding_model_id=job.to_model_id, embedding_dimension=migration.to_dimension)
         try:
-            await context.retrieval.configure_knowledge_base(
-                kb.id,
-                embedding_model_id=job.to_model_id,
-                embedding_dimension=migration.to_dimension,
-                language_hint=kb.language_hint,
-                graph_enabled=kb.graph_enabled,
-            )
+            await configure_knowledge_base(context.retrieval, switched)
         except FailedPrecondition as error:
             # Documents became searchable meanwhile with only the old model: another pass.
             raise retryable(FailureCode.MIGRATION_INCOMPLETE, error.message) from error

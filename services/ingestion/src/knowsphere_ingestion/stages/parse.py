@@ -20,7 +20,7 @@ from knowsphere_contracts.vocabulary import IngestionStage
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.domain.records import STAGE_SPAN, Document, Failure, KnowledgeBase
 from knowsphere_ingestion.formats import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from knowsphere_ingestion.parsing import ParseError, parse
+from knowsphere_ingestion.parsing import ParseError, ParseErrorCode, parse
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.engine import Done, Stage, run_stage
@@ -149,7 +149,7 @@ async def _transcribe(context: StageContext, document: Document, data: bytes) ->
         raise from_service(error, "transcribing the audio", FailureCode.ASR_FAILED) from error
     paragraphs = [p.strip() for p in transcript.text.split("\n") if p.strip()]
     if not paragraphs:
-        raise permanent(FailureCode.EMPTY_DOCUMENT, "the transcript of the audio is empty")
+        raise permanent(ParseErrorCode.EMPTY_DOCUMENT, "the transcript of the audio is empty")
     blocks = [Block(kind="paragraph", text=p) for p in paragraphs]
     # Providers answering OpenAI's plain "json" format name no language: guess it, as for files.
     language = transcript.language or guess_language(transcript.text[:LANGUAGE_SAMPLE_CHARS])

@@ -1,4 +1,5 @@
-"""What ingestion sends to retrieval, each shape built in one place from ingestion's records.
+"""What ingestion sends to retrieval, each shape built in one place from ingestion's records: chunks,
+document metadata, graph entries, and a knowledge base's configuration (which the API sends too).
 
 Fields are copied by name (:func:`knowsphere_contracts.convert.message_from`), so a field added to a
 record and to retrieval's message crosses with no edit here; only what the record does not hold under
@@ -10,14 +11,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_clients import RetrievalClient
 from knowsphere_contracts.convert import message_from
 from knowsphere_contracts.vocabulary import DocumentStatus
 from knowsphere_ingestion.domain.chunking import ChunkDraft
 from knowsphere_ingestion.domain.graph import ExtractedEntity, ExtractedRelation
-from knowsphere_ingestion.domain.records import Document
+from knowsphere_ingestion.domain.records import Document, KnowledgeBase
 
 DOCUMENT_METADATA_PREFIX = "doc."
 """Chunks carry their document's metadata under this prefix, beside their own."""
+
+
+async def configure_knowledge_base(retrieval: RetrievalClient, kb: KnowledgeBase) -> None:
+    """Tells retrieval what it needs of a knowledge base: the embedding model its queries use (and its
+    dimension), the language hint, whether it keeps a graph."""
+    await retrieval.configure_knowledge_base(
+        kb.id,
+        embedding_model_id=kb.embedding_model_id,
+        embedding_dimension=kb.embedding_dimension,
+        language_hint=kb.language_hint,
+        graph_enabled=kb.graph_enabled,
+    )
 
 
 def chunk_message(

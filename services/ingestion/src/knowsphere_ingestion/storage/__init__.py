@@ -1,5 +1,8 @@
 """Storage of the ingestion service's uploaded files: the blob store interface (``blobs``), its backends
-(``filesystem``, ``s3``) and the choice among them from settings (``factory``)."""
+(``filesystem``, ``s3``) and the choice among them from settings (``factory``).
+
+``s3`` is not imported here: its client library is loaded only by deployments that use S3.
+"""
 
 from knowsphere_ingestion.storage.blobs import (
     BlobNotFound,
@@ -13,7 +16,6 @@ from knowsphere_ingestion.storage.blobs import (
     validate_prefix,
 )
 from knowsphere_ingestion.storage.filesystem import FilesystemBlobStore
-from knowsphere_ingestion.storage.s3 import S3BlobStore
 
 __all__ = [
     "BlobNotFound",
@@ -22,7 +24,6 @@ __all__ = [
     "BlobStream",
     "BlobTooLarge",
     "FilesystemBlobStore",
-    "S3BlobStore",
     "StoredBlob",
     "build_blob_store",
     "validate_key",

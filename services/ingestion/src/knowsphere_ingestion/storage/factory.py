@@ -6,13 +6,14 @@ from urllib.parse import urlsplit
 
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
-from knowsphere_ingestion.storage.s3 import S3BlobStore
 
 
 def blob_store_for(settings: Settings) -> BlobStore:
     """``blob_store_url`` when set; else S3 when ``s3_endpoint`` is set; else ``<data_dir>/blobs``."""
     if settings.blob_store_url or not settings.s3_endpoint:
         return build_blob_store(settings.blob_store_url or str(settings.data_dir / "blobs"))
+    from knowsphere_ingestion.storage.s3 import S3BlobStore  # loads the S3 client library: only here
+
     endpoint = urlsplit(
         settings.s3_endpoint if "://" in settings.s3_endpoint else f"http://{settings.s3_endpoint}"
     )
