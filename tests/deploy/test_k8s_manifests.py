@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from knowsphere_stack.components import NATS_CLIENTS
+
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 BASE = K8S / "base"
@@ -51,7 +53,6 @@ PEERS = {
     "ingestion": {"retrieval", "modelhub"},
     "retrieval": {"modelhub"},
 }
-NATS_CLIENTS = {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
 CONFIG_MAP = "knowsphere-config"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 import stat
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from knowsphere_stack.components import build_components, ensure_master_key
+from knowsphere_stack.components import NATS_CLIENTS, build_components, ensure_master_key
 from knowsphere_stack.config import SERVICE_NAMES, StackConfig
 
 pytestmark = pytest.mark.usefixtures("clean_env")
+
+K8S_CONFIG_ENV = Path(__file__).resolve().parents[2] / "k8s" / "base" / "config.env"
 
 
 def test_defaults_stay_clear_of_standard_ports_and_data_dir_is_absolute() -> None:
@@ -97,9 +100,10 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
     assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
         k: v for k, v in ingestion.items() if k != "OTEL_SERVICE_NAME"
     }
-    for name in ("memory", "conversation", "modelhub", "retrieval"):
+    for name in ("conversation", "modelhub", "retrieval"):
         assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
-    assert not any(k.endswith("_NATS_URL") for k in envs["toolrunner"])
+    for name in ("memory", "toolrunner"):
+        assert not any(k.endswith("_NATS_URL") for k in envs[name])
     for name in ("modelhub", "retrieval", "toolrunner"):
         assert envs[name]["OTEL_SERVICE_NAME"] == name
     assert [k for k in envs["modelhub"] if k.endswith("_ADDR")] == []
@@ -112,9 +116,25 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
 def test_the_services_on_the_bus_start_after_nats(tmp_path: Path) -> None:
     specs = build_components(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     on_bus = {spec.name for spec in specs if "nats" in spec.depends_on}
-    assert on_bus == {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
+    assert on_bus == {"gateway", "conversation", "ingestion", "modelhub", "retrieval"}
     without_nats = build_components(StackConfig(data_dir=tmp_path, nats_enabled=False))
     assert not any("nats" in spec.depends_on for spec in without_nats)
+
+
+def test_nats_goes_to_exactly_the_services_whose_settings_read_a_nats_url() -> None:
+    # The services' settings are the contract: a NATS URL given to a service that has no field for it
+    # is ignored, and one left out of a service that requires it stops the service at start.
+    readers = {
+        name
+        for name in SERVICE_NAMES
+        if "nats_url" in importlib.import_module(f"knowsphere_{name}.settings").Settings.model_fields
+    }
+    assert readers == NATS_CLIENTS
+    keys = [line.partition("=")[0] for line in K8S_CONFIG_ENV.read_text().splitlines()]
+    in_k8s = {
+        k.removeprefix("KS_").removesuffix("_NATS_URL").lower() for k in keys if k.endswith("_NATS_URL")
+    }
+    assert in_k8s == readers
 
 
 def test_master_key_is_generated_once_private_and_reused(tmp_path: Path) -> None:

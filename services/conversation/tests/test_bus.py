@@ -4,7 +4,8 @@ retrieval service answers on a real gRPC server.
 
 What a user notices: a request becomes a turn whose events arrive on the turn's own subject and end
 with exactly one final event, whether retrieval answers, cannot serve (its own error code) or refuses
-the request (the generic code); retrieval is asked as the requesting user.
+the request (the generic code); retrieval is asked as the requesting user; a request that carries no
+user is refused with an error naming the missing identity.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from knowsphere_clients import RetrievalClient
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
-from knowsphere_conversation.domain.turns import TURN_FAILED, TurnRunner
+from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, TURN_FAILED, TurnRunner
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, require_identity
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
 from knowsphere_runtime.rpc.testing import serving
 
 TOP_K = 3
+CALLER = Identity("acme", "alice")
 # Knowledge base ids on which the fake retrieval fails with a code the turn names.
 FAILING = {
     "unbuilt": grpc.StatusCode.UNIMPLEMENTED,
@@ -63,8 +65,11 @@ async def retrieval() -> AsyncIterator[tuple[FakeRetrieval, RetrievalClient]]:
         yield fake, RetrievalClient(channel)
 
 
-async def turn(client: RetrievalClient, *knowledge_base_ids: str) -> list[ChatTurnEvent]:
-    """Publishes one chat request as user ``acme``/``alice``; the events published on its turn's subject."""
+async def turn(
+    client: RetrievalClient, *knowledge_base_ids: str, caller: Identity | None = CALLER
+) -> list[ChatTurnEvent]:
+    """Publishes one chat request as ``caller`` (None: without identity headers); the events published on
+    its turn's subject."""
     broker = build_broker("nats://unused:4222", client_name="test")
     bus = build_bus()
     broker.include_router(bus.router)
@@ -76,7 +81,7 @@ async def turn(client: RetrievalClient, *knowledge_base_ids: str) -> list[ChatTu
         seen.append((message.raw_message.subject, event))
 
     async with TestNatsBroker(broker):
-        with bound_identity(Identity("acme", "alice")):
+        with bound_identity(caller):
             await broker.publish(
                 ChatRequested(
                     turn_id="turn-1", message="leave?", knowledge_base_ids=list(knowledge_base_ids)
@@ -125,3 +130,11 @@ async def test_a_refused_request_still_ends_the_turn(retrieval: Any) -> None:
     _, client = retrieval
     events = await turn(client, "bad")
     assert events[-1].error_code == TURN_FAILED
+
+
+async def test_a_request_without_identity_ends_with_one_error_naming_it(retrieval: Any) -> None:
+    fake, client = retrieval
+    [final] = await turn(client, "kb-1", caller=None)
+    assert final.error_code == IDENTITY_REQUIRED
+    assert final.error_message == "no caller identity: ks-tenant-id and ks-user-id are required"
+    assert fake.requests == []

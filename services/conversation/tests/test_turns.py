@@ -2,7 +2,7 @@
 
 What a user notices: every turn ends with exactly one final event, whatever fails; a turn without
 knowledge bases does not ask retrieval (which would refuse it); a peer that cannot serve names itself
-in the error code.
+in the error code; a turn without the caller's identity is refused naming it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
 from knowsphere_conversation.domain.turns import (
     ANSWER_GENERATION_UNAVAILABLE,
+    IDENTITY_REQUIRED,
     TURN_FAILED,
     CapabilityUnavailable,
     TurnRunner,
 )
+from knowsphere_runtime.identity import Identity, bound_identity
 
 
 class Recorder:
@@ -44,6 +46,15 @@ def request(*knowledge_base_ids: str) -> ChatRequested:
     )
 
 
+CALLER = Identity("acme", "alice")
+
+
+async def run(recorder: Recorder, turn: ChatRequested, caller: Identity | None = CALLER) -> ChatTurnEvent:
+    """Runs ``turn`` as ``caller`` (as the bus binds the identity of the request's headers)."""
+    with bound_identity(caller):
+        return await TurnRunner(recorder.search, recorder.publish).run(turn)
+
+
 def assert_one_final_event(events: list[ChatTurnEvent]) -> ChatTurnEvent:
     assert [e.sequence for e in events] == list(range(len(events)))
     assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
@@ -52,7 +63,7 @@ def assert_one_final_event(events: list[ChatTurnEvent]) -> ChatTurnEvent:
 
 async def test_a_turn_without_knowledge_bases_skips_retrieval_and_ends_with_one_final_event() -> None:
     recorder = Recorder()
-    final = await TurnRunner(recorder.search, recorder.publish).run(request())
+    final = await run(recorder, request())
     assert recorder.searches == []
     assert [e.kind for e in recorder.events] == [TurnEventKind.STARTED, TurnEventKind.ERROR]
     assert assert_one_final_event(recorder.events) == final
@@ -62,7 +73,7 @@ async def test_a_turn_without_knowledge_bases_skips_retrieval_and_ends_with_one_
 
 async def test_the_passages_retrieval_found_are_counted() -> None:
     recorder = Recorder(results=[rpb.SearchResult(chunk_id="c1"), rpb.SearchResult(chunk_id="c2")])
-    final = await TurnRunner(recorder.search, recorder.publish).run(request("kb-1", "kb-2"))
+    final = await run(recorder, request("kb-1", "kb-2"))
     assert recorder.searches == [("How long is leave?", ["kb-1", "kb-2"])]
     assert assert_one_final_event(recorder.events).error_code == ANSWER_GENERATION_UNAVAILABLE
     assert "2 passage(s)" in (final.error_message or "")
@@ -72,7 +83,7 @@ async def test_a_peer_that_cannot_serve_ends_the_turn_with_its_code() -> None:
     recorder = Recorder(
         failure=CapabilityUnavailable("retrieval_unavailable", "retrieval: connection refused")
     )
-    await TurnRunner(recorder.search, recorder.publish).run(request("kb-1"))
+    await run(recorder, request("kb-1"))
     final = assert_one_final_event(recorder.events)
     assert (final.error_code, final.error_message) == (
         "retrieval_unavailable",
@@ -83,7 +94,15 @@ async def test_a_peer_that_cannot_serve_ends_the_turn_with_its_code() -> None:
 @pytest.mark.parametrize("failure", [RuntimeError("boom"), ValueError("bad"), KeyError("x")])
 async def test_an_unexpected_failure_ends_the_turn_with_the_generic_code(failure: Exception) -> None:
     recorder = Recorder(failure=failure)
-    await TurnRunner(recorder.search, recorder.publish).run(request("kb-1"))
+    await run(recorder, request("kb-1"))
     final = assert_one_final_event(recorder.events)
     assert final.kind == TurnEventKind.ERROR and final.error_code == TURN_FAILED
     assert "boom" not in (final.error_message or "")  # internals stay in the log
+
+
+async def test_a_turn_without_the_callers_identity_ends_with_one_final_event_naming_it() -> None:
+    recorder = Recorder()
+    final = await run(recorder, request("kb-1"), caller=None)
+    assert recorder.events == [final] and recorder.searches == []
+    assert final.kind == TurnEventKind.ERROR and final.error_code == IDENTITY_REQUIRED
+    assert "ks-tenant-id" in (final.error_message or "")

@@ -16,7 +16,7 @@ from typing import Any
 
 from faststream.nats import NatsBroker, TestNatsBroker
 
-from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
+from knowsphere_contracts.events import MAX_SESSION_ID_CHARS, ChatRequested, ChatTurnEvent, TurnEventKind
 from knowsphere_gateway.api.bus import CHAT_EVENTS, GatewayBus, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import require_identity
@@ -140,4 +140,20 @@ async def test_an_empty_message_is_refused_before_anything_is_published(gateway:
             response = await http.post("/api/v1/chat/turns", json={"message": ""})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "message"
+    assert tenants == []
+
+
+async def test_a_misspelt_key_or_a_long_session_id_is_refused_before_anything_is_published(
+    gateway: Any, client: Any
+) -> None:
+    async with bus_with_conversation(answer_with(TurnEventKind.STARTED)) as (bus, events, tenants):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            misspelt = await http.post("/api/v1/chat/turns", json={"message": "hi", "sesion_id": "s-1"})
+            too_long = await http.post(
+                "/api/v1/chat/turns", json={"message": "hi", "session_id": "s" * (MAX_SESSION_ID_CHARS + 1)}
+            )
+    assert misspelt.status_code == too_long.status_code == 422
+    assert misspelt.json()["detail"][0]["loc"] == ["body", "sesion_id"]
+    assert too_long.json()["detail"][0]["loc"] == ["body", "session_id"]
     assert tenants == []

@@ -4,20 +4,25 @@ service on a real gRPC server reached through the ingestion client.
 What a caller notices: every document status can be filtered on and reads as its name; a PATCH changes
 only what it names; a refused request is an HTTP error naming the field as the caller sent it; the
 caller's identity and language reach ingestion; progress streams as server-sent events and a watch
-that hits its deadline is opened again.
+that hits its deadline is opened again, after a pause that grows while the watch brings nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import pytest
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere.ingestion.v1.ingestion_enums import DocumentStatus
-from knowsphere_runtime.identity import require_identity
+from knowsphere_clients.errors import DeadlineExceeded
+from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.progress import progress_events
+from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.rpc import errors as rpc_errors
 
 BOUNDARY = "ks-upload-boundary"
@@ -138,6 +143,30 @@ async def test_a_patch_changes_only_the_fields_it_names(gateway: Any, client: An
     assert wrong.status_code == 422 and "parent_child" in wrong.text
 
 
+async def test_a_misspelt_key_or_an_empty_chunking_is_a_422_naming_it_and_nothing_changes(
+    gateway: Any, client: Any
+) -> None:
+    ingestion = FakeIngestion()
+    path = "/api/v1/knowledge-bases/kb-1"
+    async with client(await gateway(ingestion)) as http:
+        misspelt = await http.patch(path, json={"nmae": "Travel"})
+        nested = await http.patch(path, json={"chunking": {"chunk_size": 300}})
+        empty = await http.patch(path, json={"chunking": {}})
+        only_nulls = await http.patch(path, json={"chunking": {"strategy": None}})
+        created = await http.post("/api/v1/knowledge-bases", json={"name": "x", "colour": "red"})
+    responses = (misspelt, nested, empty, only_nulls, created)
+    assert [r.status_code for r in responses] == [422] * len(responses)
+    assert [r.json()["detail"][0]["loc"] for r in responses] == [
+        ["body", "nmae"],
+        ["body", "chunking", "chunk_size"],
+        ["body", "chunking"],
+        ["body", "chunking"],
+        ["body", "colour"],
+    ]
+    assert "give at least one of: strategy, chunk_size_tokens" in empty.json()["detail"][0]["msg"]
+    assert ingestion.requests == []  # nothing reached ingestion, so nothing changed
+
+
 async def test_a_new_knowledge_base_answers_as_json_and_a_refused_one_names_the_field(
     gateway: Any, client: Any
 ) -> None:
@@ -188,6 +217,32 @@ async def test_a_refused_upload_names_the_field_as_the_caller_sent_it(gateway: A
     }
 
 
+async def test_each_tenant_sees_its_own_upload_policy(gateway: Any, client: Any) -> None:
+    class SpeechForSome(FakeIngestion):
+        """Audio misses speech recognition for tenants without a speech model, as ingestion answers."""
+
+        policies = 0
+
+        async def GetUploadPolicy(self, request: pb.GetUploadPolicyRequest, context: Any) -> Any:
+            self.policies += 1
+            missing = [] if require_identity().tenant_id == "with-asr" else ["asr"]
+            audio = pb.SupportedFileType(extension="mp3", missing_components=missing)
+            return pb.GetUploadPolicyResponse(max_file_size_bytes=10_000, file_types=[audio])
+
+    ingestion = SpeechForSome()
+
+    def tenant(name: str) -> dict[str, str]:
+        return {"x-ks-tenant-id": name, "x-ks-user-id": "alice"}
+
+    async with client(await gateway(ingestion, trust_identity_headers=True)) as http:
+        answers = [
+            await http.get("/api/v1/upload-policy", headers=tenant(name))
+            for name in ("no-asr", "with-asr", "no-asr", "with-asr")
+        ]
+    assert [a.json()["file_types"][0]["missing_components"] for a in answers] == [["asr"], [], ["asr"], []]
+    assert ingestion.policies == 2  # still cached, once per tenant
+
+
 async def test_an_unknown_knowledge_base_is_a_404(gateway: Any, client: Any) -> None:
     async with client(await gateway(FakeIngestion())) as http:
         response = await http.get("/api/v1/knowledge-bases/kb-2/progress")
@@ -210,6 +265,36 @@ async def test_progress_streams_as_events_and_a_watch_past_its_deadline_is_opene
     ]
     assert events[0][1]["eta_seconds"] == 3.0 and events[1][1]["eta_seconds"] is None
     assert ingestion.watches == 2
+
+
+async def test_a_watch_past_its_deadline_is_opened_again_after_a_pause_that_grows_while_nothing_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pauses: list[float] = []
+    sleep = asyncio.sleep
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        await sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", pause)
+    # Per watch opened: how much progress it brings before its deadline passes; None = it ends.
+    watches = iter([0, 0, 0, 1, 0, 0, 0, 0, 0, 0, None])
+
+    def watch() -> AsyncIterator[pb.DocumentProgress]:
+        brings = next(watches)
+
+        async def stream() -> AsyncIterator[pb.DocumentProgress]:
+            for _ in range(brings or 0):
+                yield pb.DocumentProgress(document_id="d1", percent=40)
+            if brings is not None:
+                raise DeadlineExceeded("deadline passed")
+
+        return stream()
+
+    events = [event async for event in progress_events(Caller(Identity("t1", "u1")), watch)]
+    assert [event.data["percent"] for event in events] == [40]
+    assert pauses == [0.2, 0.4, 0.8, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
 
 
 async def test_a_failed_watch_ends_the_stream_with_an_error_event(gateway: Any, client: Any) -> None:

@@ -173,3 +173,20 @@ async def test_a_service_that_lacks_a_method_is_a_501(gateway: Any, client: Any)
         response = await http.get("/api/v1/providers")
     assert response.status_code == 501
     assert response.json()["error"]["code"] == "unimplemented"
+
+
+async def test_a_misspelt_key_or_an_unknown_mode_is_a_422_naming_it_and_nothing_is_called(
+    gateway: Any, client: Any
+) -> None:
+    retrieval, modelhub = FakeRetrieval(), FakeModelHub()
+    async with client(await gateway(retrieval=retrieval, modelhub=modelhub)) as http:
+        search = await http.post("/api/v1/knowledge-bases/kb-1/search", json={"query": "leave", "topk": 5})
+        mode = await http.post(
+            "/api/v1/knowledge-bases/kb-1/search", json={"query": "leave", "mode": "fuzzy"}
+        )
+        model = await http.patch("/api/v1/models/m1", json={"parameters": {"temprature": 0.2}})
+    assert [r.status_code for r in (search, mode, model)] == [422, 422, 422]
+    assert search.json()["detail"][0]["loc"] == ["body", "topk"]
+    assert mode.json()["detail"][0]["loc"] == ["body", "mode"] and "'hybrid'" in mode.text
+    assert model.json()["detail"][0]["loc"] == ["body", "parameters", "temprature"]
+    assert retrieval.requests == [] and modelhub.requests == []

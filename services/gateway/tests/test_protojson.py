@@ -23,7 +23,8 @@ from pydantic import BaseModel
 from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
-from knowsphere_gateway.api.protojson import ProtoJson, enum_class, from_json, json_model, json_name, to_json
+from knowsphere_contracts.protoenum import enum_class
+from knowsphere_gateway.api.protojson import ProtoJson, from_json, json_model, json_name, to_json
 
 # Messages the gateway must be found answering with (a guard: the route walk below must see them).
 ANSWERED = {

@@ -27,11 +27,9 @@ TEMPORAL = "temporal"
 TEMPORAL_NAMESPACE = "default"
 TEMPORAL_HEALTH_SERVICE = "temporal.api.workflowservice.v1.WorkflowService"
 
-NATS_CLIENTS: frozenset[str] = frozenset(
-    {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
-)
-"""Services that talk to NATS and get ``KS_<NAME>_NATS_URL`` (modelhub announces model changes on it,
-retrieval hears them)."""
+NATS_CLIENTS: frozenset[str] = frozenset({"gateway", "conversation", "ingestion", "modelhub", "retrieval"})
+"""Services that talk to NATS and get ``KS_<NAME>_NATS_URL``: those whose settings have ``nats_url``
+(modelhub announces model changes on it, retrieval hears them)."""
 
 PEERS: dict[str, tuple[str, ...]] = {
     "gateway": ("conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"),

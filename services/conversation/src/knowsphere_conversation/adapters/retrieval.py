@@ -1,7 +1,8 @@
 """Retrieval as the turn runner's ``search``: ranked passages through ``RetrievalClient.search``.
 
 A retrieval that cannot serve (not built, unreachable, too slow) is a :class:`CapabilityUnavailable`
-with the turn's error code for it; any other failure goes up to the turn as it is.
+with the turn's error code for it (:data:`UNAVAILABLE_CODES`, the one mapping); any other failure goes up
+to the turn as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ class RetrievalSearch:
     async def __call__(self, query: str, knowledge_base_ids: Sequence[str]) -> Sequence[rpb.SearchResult]:
         try:
             response = await self._retrieval.search(query, knowledge_base_ids, top_k=self._top_k)
-        except (Unimplemented, Unavailable, DeadlineExceeded) as error:
-            code = UNAVAILABLE_CODES[type(error)]
+        except ServiceError as error:
+            code = UNAVAILABLE_CODES.get(type(error))
+            if code is None:
+                raise
             raise CapabilityUnavailable(code, f"retrieval: {error.user_message}") from error
         return response.results

@@ -3,8 +3,9 @@
 The conversation graph (query understanding, ReAct deep reading, generation) is a capability
 of its own; until it lands, a turn gathers evidence from retrieval (when the turn names knowledge
 bases) and then ends with an error event saying which capability is missing. Every turn ends with
-exactly one final event, whatever fails on the way: a peer that cannot serve gives its own code, any
-other failure the generic :data:`TURN_FAILED`.
+exactly one final event, whatever fails on the way: a request without the caller's identity gives
+:data:`IDENTITY_REQUIRED` (every peer call acts as that caller), a peer that cannot serve its own code,
+any other failure the generic :data:`TURN_FAILED`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import structlog
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
+from knowsphere_runtime.identity import IdentityError, require_identity
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +39,7 @@ ANSWER_GENERATION_PENDING = (
     "answer generation (the conversation graph) is not available yet; "
     "retrieval returned {count} passage(s) for this question"
 )
+IDENTITY_REQUIRED = "identity_required"
 TURN_FAILED = "turn_failed"
 TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
@@ -59,6 +62,10 @@ class TurnRunner:
             sequence += 1  # only once delivered: the reader's sequence check stays meaningful
             return event
 
+        try:
+            require_identity()
+        except IdentityError as error:
+            return await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
         try:
             await emit(TurnEventKind.STARTED)
             evidence = await self._gather(request)

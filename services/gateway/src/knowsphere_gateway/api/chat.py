@@ -15,26 +15,27 @@ from typing import Annotated
 import structlog
 from fastapi import APIRouter, Depends, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from knowsphere_contracts.events import (
     MAX_KNOWLEDGE_BASES_PER_TURN,
     MAX_MESSAGE_CHARS,
+    MAX_SESSION_ID_CHARS,
     ChatRequested,
     ChatTurnEvent,
     TurnEventKind,
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.protojson import RequestBody
 from knowsphere_runtime.bus import Fanout
 
 log = structlog.get_logger(__name__)
 
 TURN_TIMEOUT_CODE = "turn_timeout"
-MAX_SESSION_ID_CHARS = 64
 
 
-class ChatTurnRequest(BaseModel):
+class ChatTurnRequest(RequestBody):
     message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="the user's question")
     knowledge_base_ids: list[str] = Field(
         default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN, description="knowledge bases to search"

@@ -22,6 +22,9 @@ KnowledgeBaseListJson = json_model(pb.ListKnowledgeBasesResponse.DESCRIPTOR)
 DocumentJson = json_model(pb.Document.DESCRIPTOR)
 DocumentListJson = json_model(pb.ListDocumentsResponse.DESCRIPTOR)
 
+PageSize = Annotated[int, Query(ge=0, description="0 = server default; the server's maximum applies")]
+"""The ``page_size`` of a list: the default and the maximum are the answering service's, not restated."""
+
 # Request bodies: the request messages, the id from the path left out.
 KnowledgeBaseCreate = body_model(pb.CreateKnowledgeBaseRequest.DESCRIPTOR)
 KnowledgeBaseUpdate = body_model(
@@ -61,7 +64,7 @@ def build_knowledge_router(ingestion: IngestionClient, caller: Callable[..., Cal
     @router.get("/knowledge-bases", response_model=KnowledgeBaseListJson)
     async def list_knowledge_bases(
         who: Who,
-        page_size: Annotated[int, Query(ge=0, description="0 = server default")] = 0,
+        page_size: PageSize = 0,
         page_token: str = "",
     ) -> dict[str, Any]:
         request = pb.ListKnowledgeBasesRequest(page_size=page_size, page_token=page_token)
@@ -96,7 +99,7 @@ def build_knowledge_router(ingestion: IngestionClient, caller: Callable[..., Cal
         kb_id: str,
         who: Who,
         status: Annotated[list[DocumentStatus] | None, Query(description="repeat to allow several")] = None,
-        page_size: Annotated[int, Query(ge=0, description="0 = server default")] = 0,
+        page_size: PageSize = 0,
         page_token: str = "",
     ) -> dict[str, Any]:
         """The knowledge base's documents, newest first."""
@@ -135,6 +138,7 @@ __all__ = [
     "DocumentListJson",
     "KnowledgeBaseJson",
     "KnowledgeBaseListJson",
+    "PageSize",
     "build_knowledge_router",
     "knowledge_base_exists",
 ]

@@ -8,14 +8,16 @@ on create and update and are never returned (the response messages have no key, 
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Response
+from pydantic import Field
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_clients import ModelHubClient
+from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.protojson import from_json, json_model, to_json
+from knowsphere_gateway.api.knowledge import PageSize
+from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
 
 ModelJson = json_model(pb.Model.DESCRIPTOR)
 ModelListJson = json_model(pb.ListModelsResponse.DESCRIPTOR)
@@ -23,23 +25,20 @@ DefaultJson = json_model(pb.ResolvedDefault.DESCRIPTOR)
 ProviderListJson = json_model(pb.ListProvidersResponse.DESCRIPTOR)
 UsageListJson = json_model(pb.ListModelUsagesResponse.DESCRIPTOR)
 
-MAX_PAGE_SIZE = 200
-DEFAULT_PAGE_SIZE = 50
-
 # The request bodies below are hand-written: they check what modelhub does not (name lengths, at least
 # one type, parameter ranges). Their keys are the request messages' field names, so ``from_json`` turns
 # them into those messages.
 
 
-class ModelParametersBody(BaseModel):
+class ModelParametersBody(RequestBody):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     context_window: int | None = Field(default=None, ge=1)
-    embedding_dimension: int | None = Field(default=None, ge=1, le=8192)
+    embedding_dimension: int | None = Field(default=None, ge=1, le=MAX_EMBEDDING_DIMENSION)
     extra: dict[str, Any] | None = Field(default=None, description="provider-specific request parameters")
 
 
-class ModelCreate(BaseModel):
+class ModelCreate(RequestBody):
     display_name: str = Field(min_length=1, max_length=200)
     provider_id: str = Field(min_length=1, description="an id from GET /api/v1/providers")
     model_name: str = Field(min_length=1, max_length=300)
@@ -50,7 +49,7 @@ class ModelCreate(BaseModel):
     description: str = ""
 
 
-class ModelUpdate(BaseModel):
+class ModelUpdate(RequestBody):
     """Only the fields given change; ``parameters`` and ``types`` replace the whole set."""
 
     display_name: str | None = Field(default=None, min_length=1, max_length=200)
@@ -62,7 +61,7 @@ class ModelUpdate(BaseModel):
     description: str | None = None
 
 
-class DefaultUpdate(BaseModel):
+class DefaultUpdate(RequestBody):
     model_id: str = Field(min_length=1)
 
 
@@ -82,7 +81,7 @@ def build_models_router(modelhub: ModelHubClient, caller: Callable[..., Caller])
         who: Who,
         type: ModelType | None = None,
         provider_id: str | None = None,
-        page_size: Annotated[int, Query(ge=0, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+        page_size: PageSize = 0,
         page_token: str = "",
     ) -> dict[str, Any]:
         request = from_json(

@@ -64,12 +64,8 @@ class SpooledUpload:
     metadata: dict[str, str]
 
 
-def _error(status_code: int, code: str, message: str, field: str | None = None) -> HttpError:
-    return HttpError(status_code, code, message, field)
-
-
 def _too_large(max_file_bytes: int) -> HttpError:
-    return _error(413, "payload_too_large", f"file: over the limit of {max_file_bytes} bytes", "file")
+    return HttpError(413, "payload_too_large", f"file: over the limit of {max_file_bytes} bytes", "file")
 
 
 def refuse_oversized(content_length: str | None, max_file_bytes: int) -> None:
@@ -178,7 +174,7 @@ def _boundary(content_type: str | None) -> bytes:
     media_type, options = parse_options_header(content_type)
     boundary = options.get(b"boundary")
     if media_type != b"multipart/form-data" or not boundary:
-        raise _error(
+        raise HttpError(
             415,
             "unsupported_media_type",
             "file: send the upload as multipart/form-data with a part named 'file'",
@@ -193,9 +189,9 @@ def _metadata(raw: bytes | None) -> dict[str, str]:
     try:
         value = json.loads(raw)
     except ValueError as error:
-        raise _error(400, "invalid_argument", f"metadata: not JSON ({error})", "metadata") from error
+        raise HttpError(400, "invalid_argument", f"metadata: not JSON ({error})", "metadata") from error
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise _error(400, "invalid_argument", "metadata: must be a JSON object of strings", "metadata")
+        raise HttpError(400, "invalid_argument", "metadata: must be a JSON object of strings", "metadata")
     return value
 
 
@@ -263,9 +259,11 @@ class _Spooler:
         self._current = None
         if part.name == "file":
             if len(self.files) >= self._max_files:
-                raise _error(400, "invalid_argument", self._too_many, "file")
+                raise HttpError(400, "invalid_argument", self._too_many, "file")
             if part.filename is None:
-                raise _error(400, "invalid_argument", "file: the part 'file' must be a file upload", "file")
+                raise HttpError(
+                    400, "invalid_argument", "file: the part 'file' must be a file upload", "file"
+                )
             self.files.append(
                 SpooledFile(
                     file_name=part.filename,
@@ -295,7 +293,7 @@ class _Spooler:
         elif self._current == "metadata" and self.metadata_raw is not None:
             self.metadata_raw += data
             if len(self.metadata_raw) > MAX_METADATA_PART_BYTES:
-                raise _error(
+                raise HttpError(
                     400,
                     "invalid_argument",
                     f"metadata: over the limit of {MAX_METADATA_PART_BYTES} bytes",
@@ -311,7 +309,7 @@ class _Spooler:
         await self._finish_file()
         self._current = None
         if not self.files:
-            raise _error(400, "invalid_argument", "file: required (a multipart part named 'file')", "file")
+            raise HttpError(400, "invalid_argument", "file: required (a multipart part named 'file')", "file")
         metadata = _metadata(bytes(self.metadata_raw) if self.metadata_raw is not None else None)
         return SpooledFiles(files=self.files, metadata=metadata)
 
@@ -344,7 +342,9 @@ async def _spool(content_type: str | None, body: AsyncIterable[bytes], spooler: 
         return await spooler.finish()
     except (MultipartError, FormParserError) as error:
         spooler.close()
-        raise _error(400, "invalid_argument", f"file: malformed multipart body: {error}", "file") from error
+        raise HttpError(
+            400, "invalid_argument", f"file: malformed multipart body: {error}", "file"
+        ) from error
     except BaseException:
         spooler.close()
         raise

@@ -2,10 +2,13 @@
 
 Each ``event: progress`` carries ingestion's ``DocumentProgress`` as JSON (``protojson``). The channel
 gives every stream a deadline; a watch that outlives it is opened again (it starts with the current
-state, so nothing is missed). Any other failure ends the stream with an ``event: error`` holding the
-error body. When the client goes away, the watch is cancelled.
+state, so nothing is missed), after a pause that doubles while watches end that way with no progress
+in between (:data:`REWATCH_FIRST_DELAY_SECONDS` up to :data:`REWATCH_MAX_DELAY_SECONDS`), so a deadline
+that passes at once is no tight loop. Any other failure ends the stream with an ``event: error``
+holding the error body. When the client goes away, the watch is cancelled.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
@@ -21,6 +24,9 @@ from knowsphere_gateway.api.protojson import json_model, to_json
 
 ProgressJson = json_model(pb.DocumentProgress.DESCRIPTOR)
 
+REWATCH_FIRST_DELAY_SECONDS = 0.2
+REWATCH_MAX_DELAY_SECONDS = 5.0
+
 PROGRESS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "model": ProgressJson,
@@ -34,6 +40,7 @@ async def progress_events(
     who: Caller, watch: Callable[[], AsyncIterator[pb.DocumentProgress]]
 ) -> AsyncIterator[ServerSentEvent]:
     """The events of the watch ``watch()`` opens, opened again when its deadline passes."""
+    delay = REWATCH_FIRST_DELAY_SECONDS
     while True:
         stream = watch()
         try:
@@ -44,14 +51,17 @@ async def progress_events(
                         progress = await anext(stream)
                     except StopAsyncIteration:
                         return
+                delay = REWATCH_FIRST_DELAY_SECONDS  # the watch delivered: the next pause starts short
                 yield ServerSentEvent(event="progress", data=to_json(progress))
         except DeadlineExceeded:
-            continue
+            pass
         except ServiceError as error:
             yield ServerSentEvent(event="error", data={"error": error_body(error)})
             return
         finally:
             await stream.aclose()  # type: ignore[attr-defined]  # stops the gRPC watch
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, REWATCH_MAX_DELAY_SECONDS)
 
 
 def build_progress_router(

@@ -14,8 +14,10 @@ API (and its OpenAPI document) with no hand edit:
 
 :func:`to_json` renders a message, :func:`json_model` is the pydantic model of that JSON (the routes'
 ``response_model``, which documents it and checks it), :func:`body_model` the pydantic model of a
-request body for a message (every field optional, enum names checked) and :func:`from_json` turns such a
-body into the message, keeping presence: a key that is absent or null leaves its field unset.
+request body for a message (every field optional, enum names checked, unknown keys refused) and
+:func:`from_json` turns such a body into the message, keeping presence: a key that is absent or null
+leaves its field unset. :class:`RequestBody` is the base of every request body, generated or
+hand-written.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from google.protobuf import descriptor_pool, json_format
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
-from google.protobuf.struct_pb2 import ListValue, Struct, Value
-from google.protobuf.timestamp_pb2 import Timestamp
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
+from google.protobuf.struct_pb2 import ListValue, Value
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
+# The well-known type names, the integer kinds and the map test are the record↔message conversion's.
+from knowsphere_contracts.convert import DURATION, INTEGER_TYPES, STRUCT, TIMESTAMP, duration, is_map
 from knowsphere_contracts.protoenum import enum_class
 from knowsphere_contracts.services import CONTRACTS
 
@@ -46,24 +48,19 @@ ProtoField = Any
 Render = Callable[[Any], Any]
 """How one message type is rendered instead of by the rules (see ``replace`` of :func:`to_json`)."""
 
-_TIMESTAMP = Timestamp.DESCRIPTOR.full_name
-_DURATION = Duration.DESCRIPTOR.full_name
-_JSON_TYPES = frozenset(
-    {Struct.DESCRIPTOR.full_name, Value.DESCRIPTOR.full_name, ListValue.DESCRIPTOR.full_name}
-)
-_INTEGERS = frozenset(
-    {
-        FieldDescriptor.CPPTYPE_INT32,
-        FieldDescriptor.CPPTYPE_INT64,
-        FieldDescriptor.CPPTYPE_UINT32,
-        FieldDescriptor.CPPTYPE_UINT64,
-    }
-)
+_JSON_TYPES = frozenset({STRUCT, Value.DESCRIPTOR.full_name, ListValue.DESCRIPTOR.full_name})
 _FLOATS = frozenset({FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT})
 DURATION_SUFFIX = "_seconds"
 
 RFC3339 = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 BASE64 = Annotated[str, WithJsonSchema({"type": "string", "format": "byte"})]
+
+
+class RequestBody(BaseModel):
+    """The base of every JSON request body: a key it does not declare is refused (422 naming the key)
+    instead of dropped, so a misspelt key is never taken for an absent one."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ProtoJson(BaseModel):
@@ -73,25 +70,30 @@ class ProtoJson(BaseModel):
     proto_message: ClassVar[str] = ""
 
 
+class ProtoJsonBody(ProtoJson, RequestBody):
+    """The base of the request bodies generated from messages (:func:`body_model`)."""
+
+
 # --- names ---------------------------------------------------------------------------------------
 
 
 def json_name(field: ProtoField) -> str:
     """The JSON key of a field: its proto name, with ``_seconds`` appended for a Duration."""
-    if field.message_type is not None and field.message_type.full_name == _DURATION:
+    if field.message_type is not None and field.message_type.full_name == DURATION:
         return field.name + DURATION_SUFFIX
     return field.name
 
 
-def _fields(message: Any) -> list[ProtoField]:
-    """The fields of a message descriptor, in declaration order."""
-    return list(message.fields)
+@cache
+def _fields(message: Any) -> tuple[ProtoField, ...]:
+    """The fields of a message descriptor, in declaration order (worked out once per message type)."""
+    return tuple(message.fields)
 
 
-def _is_map(field: ProtoField) -> bool:
-    return bool(
-        field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
-    )
+@cache
+def _fields_by_json_name(message: Any) -> dict[str, ProtoField]:
+    """The fields of a message descriptor by their JSON keys (once per message type)."""
+    return {json_name(field): field for field in _fields(message)}
 
 
 def _enum_name(enum: EnumDescriptor, number: int) -> str | None:
@@ -129,7 +131,7 @@ def to_json(message: Message, *, replace: Mapping[str, Render] | None = None) ->
     out: dict[str, Any] = {}
     for field in _fields(message.DESCRIPTOR):
         value = getattr(message, field.name)
-        if _is_map(field):
+        if is_map(field):
             value_field = field.message_type.fields_by_name["value"]
             out[field.name] = {
                 str(key): _json_value(value_field, item, replace) for key, item in value.items()
@@ -149,9 +151,9 @@ def _json_value(field: ProtoField, value: Any, replace: Mapping[str, Render]) ->
     if message_type is not None:
         if message_type.full_name in replace:
             return replace[message_type.full_name](value)
-        if message_type.full_name == _TIMESTAMP:
+        if message_type.full_name == TIMESTAMP:
             return value.ToJsonString()
-        if message_type.full_name == _DURATION:
+        if message_type.full_name == DURATION:
             return value.ToNanoseconds() / 1e9
         if message_type.full_name in _JSON_TYPES:
             return json_format.MessageToDict(value)
@@ -179,7 +181,7 @@ def _json_model(full_name: str, replace: tuple[tuple[str, Any], ...]) -> type[Pr
     replaced = dict(replace)
     fields: dict[str, Any] = {}
     for field in _fields(message):
-        if _is_map(field):
+        if is_map(field):
             value_type = _json_type(field.message_type.fields_by_name["value"], replaced)
             fields[field.name] = dict[str, value_type]  # type: ignore[valid-type]
         elif field.is_repeated:
@@ -188,7 +190,7 @@ def _json_model(full_name: str, replace: tuple[tuple[str, Any], ...]) -> type[Pr
             fields[json_name(field)] = _json_type(field, replaced) | None
         else:
             fields[json_name(field)] = _json_type(field, replaced)
-    return _model(schema_name(message), message.full_name, fields, required=True)
+    return _model(schema_name(message), message.full_name, fields, base=ProtoJson)
 
 
 def _json_type(field: ProtoField, replace: Mapping[str, Any]) -> Any:
@@ -205,11 +207,11 @@ def _json_type(field: ProtoField, replace: Mapping[str, Any]) -> Any:
 
 
 def _well_known_type(message: Descriptor) -> Any:
-    if message.full_name == _TIMESTAMP:
+    if message.full_name == TIMESTAMP:
         return RFC3339
-    if message.full_name == _DURATION:
+    if message.full_name == DURATION:
         return float
-    if message.full_name == Struct.DESCRIPTOR.full_name:
+    if message.full_name == STRUCT:
         return dict[str, Any]
     if message.full_name == ListValue.DESCRIPTOR.full_name:
         return list[Any]
@@ -219,7 +221,7 @@ def _well_known_type(message: Descriptor) -> Any:
 
 
 def _scalar_type(field: ProtoField) -> Any:
-    if field.cpp_type in _INTEGERS:
+    if field.cpp_type in INTEGER_TYPES:
         return int
     if field.cpp_type in _FLOATS:
         return float
@@ -230,15 +232,16 @@ def _scalar_type(field: ProtoField) -> Any:
     return str
 
 
-def _model(name: str, full_name: str, fields: Mapping[str, Any], *, required: bool) -> type[ProtoJson]:
+def _model(name: str, full_name: str, fields: Mapping[str, Any], *, base: type[ProtoJson]) -> type[ProtoJson]:
+    """A model of ``fields``: every one required for JSON the gateway writes, optional for a body."""
     definitions: dict[str, Any] = {}
     for key, annotation in fields.items():
         # A proto name that a model attribute or a keyword would shadow is kept as the JSON alias.
-        attribute = f"{key}_" if keyword.iskeyword(key) or hasattr(ProtoJson, key) else key
-        default = ... if required else None
+        attribute = f"{key}_" if keyword.iskeyword(key) or hasattr(base, key) else key
+        default = None if issubclass(base, RequestBody) else ...
         definitions[attribute] = (annotation, Field(default, alias=key) if attribute != key else default)
     model: type[ProtoJson] = create_model(  # type: ignore[call-overload]
-        name, __base__=ProtoJson, __doc__=f"JSON of `{full_name}`.", **definitions
+        name, __base__=base, __doc__=f"JSON of `{full_name}`.", **definitions
     )
     model.proto_message = full_name
     return model
@@ -250,7 +253,8 @@ def _model(name: str, full_name: str, fields: Mapping[str, Any], *, required: bo
 def body_model(message: Descriptor, *, exclude: frozenset[str] = frozenset()) -> type[ProtoJson]:
     """The pydantic model of a request body for ``message`` (cached): the JSON keys of
     :func:`to_json`, every one optional (absent or null = unset), enum names checked against the
-    generated enum; ``exclude`` leaves out fields the route takes from elsewhere (the path)."""
+    generated enum, unknown keys refused; an object given for a message field must set at least one
+    of its keys. ``exclude`` leaves out fields the route takes from elsewhere (the path)."""
     return _body_model(message.full_name, exclude)
 
 
@@ -261,25 +265,37 @@ def _body_model(full_name: str, exclude: frozenset[str]) -> type[ProtoJson]:
     for field in _fields(message):
         if field.name in exclude:
             continue
-        if _is_map(field):
+        if is_map(field):
             annotation: Any = dict[str, _body_type(field.message_type.fields_by_name["value"])]  # type: ignore[misc]
         elif field.is_repeated:
             annotation = list[_body_type(field)]  # type: ignore[misc]
         else:
             annotation = _body_type(field)
         fields[json_name(field)] = annotation | None
-    return _model(schema_name(message) + "Body", message.full_name, fields, required=False)
+    return _model(schema_name(message) + "Body", message.full_name, fields, base=ProtoJsonBody)
 
 
 def _body_type(field: ProtoField) -> Any:
     message_type = field.message_type
     if message_type is not None:
-        if message_type.full_name == _TIMESTAMP:
+        if message_type.full_name == TIMESTAMP:
             return datetime
-        return _well_known_type(message_type) or _body_model(message_type.full_name, frozenset())
+        well_known = _well_known_type(message_type)
+        if well_known is not None:
+            return well_known
+        return Annotated[_body_model(message_type.full_name, frozenset()), AfterValidator(_sets_something)]
     if field.enum_type is not None:
         return Literal[tuple(member.value for member in enum_class(field.enum_type.full_name))]  # type: ignore[misc]
     return _scalar_type(field)
+
+
+def _sets_something(body: ProtoJson) -> ProtoJson:
+    # An empty object would set the message with every value at its default: for a PATCH, a reset of
+    # the whole set that nobody asked for.
+    if not body.model_dump(exclude_unset=True, exclude_none=True):
+        keys = ", ".join(field.alias or name for name, field in type(body).model_fields.items())
+        raise ValueError(f"an empty object sets nothing; give at least one of: {keys}")
+    return body
 
 
 def from_json(cls: type[M], data: Mapping[str, Any] | BaseModel) -> M:
@@ -295,7 +311,7 @@ def from_json(cls: type[M], data: Mapping[str, Any] | BaseModel) -> M:
 
 
 def _fill(message: Message, data: Mapping[str, Any]) -> None:
-    fields = {json_name(field): field for field in _fields(message.DESCRIPTOR)}
+    fields = _fields_by_json_name(message.DESCRIPTOR)
     for key, value in data.items():
         field = fields.get(key)
         if field is None:
@@ -303,7 +319,7 @@ def _fill(message: Message, data: Mapping[str, Any]) -> None:
         if value is None:
             continue
         target = getattr(message, field.name)
-        if _is_map(field):
+        if is_map(field):
             key_field = field.message_type.fields_by_name["key"]
             value_field = field.message_type.fields_by_name["value"]
             for map_key, item in value.items():
@@ -327,13 +343,13 @@ def _fill(message: Message, data: Mapping[str, Any]) -> None:
 
 def _fill_message(target: Message, value: Any) -> None:
     name = target.DESCRIPTOR.full_name
-    if name == _TIMESTAMP:
+    if name == TIMESTAMP:
         if isinstance(value, datetime):
             target.FromDatetime(value)  # type: ignore[attr-defined]
         else:
             target.FromJsonString(value)  # type: ignore[attr-defined]
-    elif name == _DURATION:
-        target.FromNanoseconds(round(float(value) * 1e9))  # type: ignore[attr-defined]
+    elif name == DURATION:
+        target.CopyFrom(duration(float(value)))  # type: ignore[arg-type]  # None only for None
     elif name in _JSON_TYPES:
         json_format.ParseDict(value, target)
     else:
@@ -350,7 +366,7 @@ def _scalar(field: ProtoField, value: Any) -> Any:
             raise ValueError(f"{field.name}: {error}") from None
     if field.type == FieldDescriptor.TYPE_BYTES and isinstance(value, str):
         return base64.b64decode(value)
-    if field.cpp_type in _INTEGERS and isinstance(value, str):
+    if field.cpp_type in INTEGER_TYPES and isinstance(value, str):
         return int(value)
     if field.cpp_type == FieldDescriptor.CPPTYPE_BOOL and isinstance(value, str):
         return value == "true"
@@ -360,8 +376,9 @@ def _scalar(field: ProtoField, value: Any) -> Any:
 __all__ = [
     "DURATION_SUFFIX",
     "ProtoJson",
+    "ProtoJsonBody",
+    "RequestBody",
     "body_model",
-    "enum_class",
     "from_json",
     "json_model",
     "json_name",

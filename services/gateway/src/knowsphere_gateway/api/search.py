@@ -6,15 +6,16 @@ JSON (``protojson``): the results with their score parts and what the search did
 """
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
+from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere_clients import RetrievalClient
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.protojson import from_json, json_model, to_json
+from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
 
 SearchJson = json_model(pb.SearchResponse.DESCRIPTOR)
 
@@ -22,7 +23,7 @@ MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 100
 
 
-class SearchBody(BaseModel):
+class SearchBody(RequestBody):
     """A search with the overrides the testing page offers. Hand-written rather than generated from
     ``SearchRequest``: it is flat (the options beside the query), names two options the way the page
     does (``rerank``, ``expansion``), and checks ranges retrieval does not refuse but clamps or ignores
@@ -30,7 +31,7 @@ class SearchBody(BaseModel):
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     top_k: int = Field(default=0, ge=0, le=MAX_TOP_K, description="0 = server default")
-    mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    mode: SearchMode = SearchMode.HYBRID
     document_ids: list[str] = Field(default_factory=list)
     rrf_k: int | None = Field(default=None, ge=1)
     vector_weight: float | None = Field(default=None, ge=0)

@@ -63,10 +63,7 @@ BatchUploadJson = json_model(pb.UploadDocumentsResponse.DESCRIPTOR, replace={_UP
 
 def upload_error_json(error: pb.UploadError) -> dict[str, Any]:
     """An ``UploadError`` as the error body a single upload of the file would have had."""
-    # The header field at fault, once ingestion's contract carries it in ``UploadError.field``; never
-    # read from the message text.
-    field = str(getattr(error, "field", ""))
-    return error_body(from_code(error.code, error.message, field=field))
+    return error_body(from_code(error.code, error.message, field=error.field))
 
 
 def _result_json(result: pb.UploadResult) -> dict[str, Any]:
@@ -148,16 +145,18 @@ def build_uploads_router(
     """``caller`` gives each route its :class:`Caller`; ``knowledge_base_exists`` checks the path's
     knowledge base before a batch body is read."""
     router = APIRouter(prefix="/api/v1", tags=["knowledge"])
+    # By tenant: its default models decide which components a file type misses (speech recognition).
     policy_cache: dict[str, tuple[float, pb.GetUploadPolicyResponse]] = {}
     Who = Annotated[Caller, Depends(caller)]
 
     async def upload_policy(who: Caller) -> pb.GetUploadPolicyResponse:
-        cached = policy_cache.get("policy")
+        tenant = who.identity.tenant_id
+        cached = policy_cache.get(tenant)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
         with who.bound():
             policy = await ingestion.get_upload_policy()
-        policy_cache["policy"] = (time.monotonic() + UPLOAD_POLICY_TTL_SECONDS, policy)
+        policy_cache[tenant] = (time.monotonic() + UPLOAD_POLICY_TTL_SECONDS, policy)
         return policy
 
     @router.get("/upload-policy", response_model=UploadPolicyJson)
