@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -42,3 +44,17 @@ async def test_failed_start_stops_what_already_started():
             [Recorder("a", log), Recorder("b", log, fail=True)], grace=1.0, stop_event=asyncio.Event()
         )
     assert log == ["start a", "stop a grace=1.0"]
+
+
+def test_a_started_service_freezes_its_start_up_objects_and_collects_young_objects_less_often():
+    # In a child process: freezing and thresholds are process-wide, and must not change this one's.
+    probe = (
+        "import asyncio, gc\n"
+        "from knowsphere_runtime.lifecycle import YOUNG_COLLECTION_THRESHOLD, settle_memory\n"
+        "before = gc.get_threshold()\n"
+        "asyncio.run(settle_memory())\n"
+        "print(gc.get_freeze_count() > 1000, gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD,"
+        " gc.get_threshold()[1:] == before[1:])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["True", "True", "True"]

@@ -30,6 +30,23 @@ def test_log_lines_are_json_with_service_identity_and_trace(spans):
     assert lines[1]["service"] == "retrieval"
 
 
+def test_a_line_below_the_level_is_dropped_before_any_work_is_spent_on_it():
+    stream = io.StringIO()
+    reads: list[int] = []
+
+    def reader() -> dict[str, str]:
+        reads.append(1)
+        return {"tenant_id": "acme"}
+
+    configure_logging("ingestion", "INFO", context_reader=reader, stream=stream)
+    structlog.get_logger("quiet").debug("document uploaded", size=3)
+    assert stream.getvalue() == ""
+    assert reads == []  # the line's fields were never gathered
+    structlog.get_logger("quiet").info("documents uploaded", count=3)
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["documents uploaded"]
+    assert reads == [1]
+
+
 def test_langfuse_is_a_noop_without_both_keys():
     assert isinstance(build_llm_observer({}), NoopLlmObserver)
     assert isinstance(build_llm_observer({"LANGFUSE_PUBLIC_KEY": "pk"}), NoopLlmObserver)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
     from knowsphere_runtime.rpc import ServiceBinding
 
 log = structlog.get_logger(__name__)
+
+# Allocations between young-generation collections once a service runs (CPython's default is 700).
+# A service allocates and frees many short-lived objects per request (messages, rows, spans); most are
+# freed by reference counting long before a collection, so collecting ten times less often saves CPU
+# and keeps pauses short. Measured on the ingestion worker under SciFact: collections took 19% of its
+# CPU with the defaults.
+YOUNG_COLLECTION_THRESHOLD = 10_000
 
 
 class StartupError(Exception):
@@ -83,6 +91,16 @@ async def serve(
                 log.exception("component failed to stop cleanly", component=component.name)
 
 
+async def settle_memory() -> None:
+    """Once a service has started: what start-up made (modules, clients, loaded models) lives as long as
+    the process, so it is frozen out of every later collection, and young collections run less often
+    (:data:`YOUNG_COLLECTION_THRESHOLD`)."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
+
+
 def run_service(
     service: str,
     settings: ServiceSettings,
@@ -96,7 +114,7 @@ def run_service(
         raise SystemExit(2) from None
 
     async def main() -> None:
-        await serve(build(), grace=settings.shutdown_grace_seconds)
+        await serve(build(), grace=settings.shutdown_grace_seconds, on_ready=settle_memory)
 
     try:
         asyncio.run(main())
