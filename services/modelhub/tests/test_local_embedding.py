@@ -114,6 +114,32 @@ def test_models_load_from_their_packages_without_the_network(
     assert network_attempts == []
 
 
+async def test_concurrent_calls_of_both_models_each_get_their_own_vectors() -> None:
+    # Batches of 16 split into pieces run at once on the pool; the pieces of four calls at a time,
+    # two per model, must come back to their own call in their own order.
+    pool = LocalEmbeddingAdapter(batch_size=16, threads=2)
+    try:
+        calls = [
+            (model, [f"{word} number {n} of call {c}: {PARAGRAPH[: 20 * n]}" for n in range(1, 13)])
+            for c, (model, word) in enumerate(
+                [
+                    (MINILM, "apples"),
+                    (MULTILINGUAL_E5_SMALL, "rivers"),
+                    (MINILM, "stars"),
+                    (MULTILINGUAL_E5_SMALL, "bread"),
+                ]
+            )
+        ]
+        results = await asyncio.gather(*(pool.embed(target(m), texts, DOCUMENT) for m, texts in calls))
+        for (model, texts), result in zip(calls, results, strict=True):
+            alone = await pool.embed(target(model), texts[::-1], DOCUMENT)
+            assert len(result.vectors) == len(texts)
+            for vector, again in zip(result.vectors, alone.vectors[::-1], strict=True):
+                assert cosine(vector, again) > 0.999
+    finally:
+        await pool.close()
+
+
 @pytest.mark.parametrize("model", BUILTIN_MODELS, ids=lambda m: m.id)
 async def test_vectors_have_the_model_dimension_and_unit_length(
     adapter: LocalEmbeddingAdapter, model: BuiltinModel

