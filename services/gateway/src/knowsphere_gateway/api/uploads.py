@@ -156,7 +156,10 @@ def build_uploads_router(
             return cached[1]
         with who.bound():
             policy = await ingestion.get_upload_policy()
-        policy_cache[tenant] = (time.monotonic() + UPLOAD_POLICY_TTL_SECONDS, policy)
+        now = time.monotonic()
+        for expired in [t for t, (until, _) in policy_cache.items() if until <= now]:
+            del policy_cache[expired]  # tenants come and go: only the live entries are kept
+        policy_cache[tenant] = (now + UPLOAD_POLICY_TTL_SECONDS, policy)
         return policy
 
     @router.get("/upload-policy", response_model=UploadPolicyJson)
