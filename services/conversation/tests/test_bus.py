@@ -1,140 +1,129 @@
-"""The conversation service on the bus (``api/bus.py``) with retrieval reached through the real client:
-FastStream's in-memory NATS broker carries the chat request in and the turn's events out; a fake
-retrieval service answers on a real gRPC server.
-
-What a user notices: a request becomes a turn whose events arrive on the turn's own subject and end
-with exactly one final event, whether retrieval answers, cannot serve (its own error code) or refuses
-the request (the generic code); retrieval is asked as the requesting user; a request that carries no
-user is refused with an error naming the missing identity.
+"""The conversation service on a real NATS server (with JetStream): chat requests in, a turn's events
+out on its own subject, the turn's completion kept once on the completions stream, and several turns
+running at once in one replica.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-import grpc
+import nats
 import pytest
-from faststream.nats import TestNatsBroker
-from faststream.nats.annotations import NatsMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
-from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
-from knowsphere_clients import RetrievalClient
-from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
-from knowsphere_conversation.adapters.retrieval import RetrievalSearch
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere_contracts.events import (
+    TURN_COMPLETED_STREAM,
+    ChatRequested,
+    ChatTurnEvent,
+    TurnCompleted,
+    TurnEventKind,
+)
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
-from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, TURN_FAILED, TurnRunner
+from knowsphere_conversation.domain.graph import TurnLimits, build_graph
+from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_runtime.bus import build_broker
-from knowsphere_runtime.identity import Identity, bound_identity, require_identity
-from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
-from knowsphere_runtime.rpc.testing import serving
+from knowsphere_runtime.identity import bound_identity
 
-TOP_K = 3
-CALLER = Identity("acme", "alice")
-# Knowledge base ids on which the fake retrieval fails with a code the turn names.
-FAILING = {
-    "unbuilt": grpc.StatusCode.UNIMPLEMENTED,
-    "down": grpc.StatusCode.UNAVAILABLE,
-    "slow": grpc.StatusCode.DEADLINE_EXCEEDED,
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import CALLER, Memory, Models, Search, Tools, text
 
 
-class FakeRetrieval:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, rpb.SearchRequest]] = []
+class Gate:
+    """A model whose answers wait until ``width`` requests are in flight at once (or time out)."""
 
-    async def Search(self, request: rpb.SearchRequest, context: Any) -> Any:
-        async def work() -> rpb.SearchResponse:
-            self.requests.append((require_identity().tenant_id, request))
-            for kb, code in FAILING.items():
-                if kb in request.knowledge_base_ids:
-                    raise RequestError(code, f"{kb}: cannot serve")
-            if "bad" in request.knowledge_base_ids:
-                raise invalid("knowledge_base_ids", "kb id 'bad' is malformed")
-            return rpb.SearchResponse(
-                results=[rpb.SearchResult(chunk_id=f"c{i}") for i in range(request.top_k)]
-            )
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._all_in = asyncio.Event()
 
-        return await answer(context, work)
+    async def answer(self, request: mpb.ChatStreamRequest) -> AsyncIterator[mpb.ChatStreamResponse]:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self.in_flight >= self.width:
+            self._all_in.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_in.wait(), timeout=5)
+        self.in_flight -= 1
+        for event in text("ok"):
+            yield event
 
 
 @pytest.fixture
-async def retrieval() -> AsyncIterator[tuple[FakeRetrieval, RetrievalClient]]:
-    fake = FakeRetrieval()
-    async with serving("retrieval", fake) as channel:
-        yield fake, RetrievalClient(channel)
-
-
-async def turn(
-    client: RetrievalClient, *knowledge_base_ids: str, caller: Identity | None = CALLER
-) -> list[ChatTurnEvent]:
-    """Publishes one chat request as ``caller`` (None: without identity headers); the events published on
-    its turn's subject."""
-    broker = build_broker("nats://unused:4222", client_name="test")
-    bus = build_bus()
+async def conversation(nats_url: str) -> AsyncIterator[tuple[Any, Gate]]:
+    gate = Gate(width=3)
+    models = Models(lambda r: [], intent="B")
+    models.chat_stream = gate.answer  # type: ignore[method-assign]
+    broker = build_broker(nats_url, client_name="conversation-test")
+    bus = build_bus(max_concurrent_turns=3)
     broker.include_router(bus.router)
-    broker.context.set_global(TURN_RUNNER, TurnRunner(RetrievalSearch(client, TOP_K), bus.publish_turn_event))
-    seen: list[tuple[str, ChatTurnEvent]] = []
+    graph = build_graph(InMemorySaver())
+    runner = TurnRunner(
+        lambda: graph,
+        models=models,
+        tools=Tools(),
+        memory=Memory(),
+        search=Search(),
+        publish=bus.publish_turn_event,
+        publish_completed=bus.publish_completed,
+        limits=TurnLimits(),
+    )
+    broker.context.set_global(TURN_RUNNER, runner)
+    async with broker:
+        await broker.start()
+        yield bus, gate
 
-    @broker.subscriber(ChatTurnEvent.subject + ".>")
-    async def reader(event: ChatTurnEvent, message: NatsMessage) -> None:
-        seen.append((message.raw_message.subject, event))
 
-    async with TestNatsBroker(broker):
-        with bound_identity(caller):
-            await broker.publish(
-                ChatRequested(
-                    turn_id="turn-1", message="leave?", knowledge_base_ids=list(knowledge_base_ids)
-                ),
-                subject=ChatRequested.subject,
-            )
-    assert {subject for subject, _ in seen} == {ChatTurnEvent.subject_for("turn-1")}
-    events = [event for _, event in seen]
-    assert [e.sequence for e in events] == list(range(len(events)))
-    assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True]
+async def _ask(nats_url: str, turn_ids: list[str]) -> dict[str, list[ChatTurnEvent]]:
+    client = await nats.connect(nats_url)
+    events: dict[str, list[ChatTurnEvent]] = {t: [] for t in turn_ids}
+    finals = asyncio.Event()
+
+    async def on_event(message: Any) -> None:
+        event = ChatTurnEvent.model_validate_json(message.data)
+        events[event.turn_id].append(event)
+        if all(e and e[-1].is_final for e in events.values()):
+            finals.set()
+
+    await client.subscribe(ChatTurnEvent.subject + ".>", cb=on_event)
+    headers = dict(CALLER.as_pairs())
+    for turn_id in turn_ids:
+        request = ChatRequested(turn_id=turn_id, session_id=f"s-{turn_id}", message="tell me something")
+        await client.publish(ChatRequested.subject, request.model_dump_json().encode(), headers=headers)
+    await asyncio.wait_for(finals.wait(), timeout=30)
+    await client.close()
     return events
 
 
-async def test_a_request_becomes_a_turn_whose_events_arrive_on_its_subject(retrieval: Any) -> None:
-    fake, client = retrieval
-    events = await turn(client, "kb-1")
-    assert [e.kind for e in events] == [TurnEventKind.STARTED, TurnEventKind.ERROR]
-    assert f"{TOP_K} passage(s)" in (events[-1].error_message or "")
-    [(tenant, request)] = fake.requests
-    assert tenant == "acme" and request.top_k == TOP_K and list(request.knowledge_base_ids) == ["kb-1"]
+async def test_turns_run_at_once_and_each_ends_with_one_final_event(nats_url: str, conversation: Any) -> None:
+    _, gate = conversation
+    events = await _ask(nats_url, ["t1", "t2", "t3"])
+    assert gate.max_in_flight == 3  # all three model calls were in flight together
+    for turn_events in events.values():
+        assert [e.sequence for e in turn_events] == list(range(len(turn_events)))
+        assert [e.kind for e in turn_events][-1] is TurnEventKind.COMPLETED
+        assert sum(e.is_final for e in turn_events) == 1
 
 
-async def test_a_turn_without_knowledge_bases_ends_without_asking_retrieval(retrieval: Any) -> None:
-    fake, client = retrieval
-    events = await turn(client)
-    assert events[-1].error_code == "answer_generation_unavailable"
-    assert fake.requests == []
-
-
-@pytest.mark.parametrize(
-    ("kb", "code"),
-    [
-        ("unbuilt", "retrieval_unimplemented"),
-        ("down", "retrieval_unavailable"),
-        ("slow", "retrieval_timeout"),
-    ],
-)
-async def test_a_retrieval_that_cannot_serve_names_itself(retrieval: Any, kb: str, code: str) -> None:
-    _, client = retrieval
-    events = await turn(client, kb)
-    assert events[-1].error_code == code
-    assert events[-1].error_message == f"retrieval: {kb}: cannot serve"
-
-
-async def test_a_refused_request_still_ends_the_turn(retrieval: Any) -> None:
-    _, client = retrieval
-    events = await turn(client, "bad")
-    assert events[-1].error_code == TURN_FAILED
-
-
-async def test_a_request_without_identity_ends_with_one_error_naming_it(retrieval: Any) -> None:
-    fake, client = retrieval
-    [final] = await turn(client, "kb-1", caller=None)
-    assert final.error_code == IDENTITY_REQUIRED
-    assert final.error_message == "no caller identity: ks-tenant-id and ks-user-id are required"
-    assert fake.requests == []
+async def test_a_completed_turn_is_kept_once_on_the_completions_stream(
+    nats_url: str, conversation: Any
+) -> None:
+    bus, _ = conversation
+    await _ask(nats_url, ["t-once"])
+    # A second announcement of the same turn (a redelivered turn) is dropped by JetStream.
+    with bound_identity(CALLER):
+        await bus.publish_completed(TurnCompleted(turn_id="t-once"))
+    client = await nats.connect(nats_url)
+    js = client.jetstream()
+    subscription = await js.pull_subscribe(TurnCompleted.subject, stream=TURN_COMPLETED_STREAM)
+    messages = await subscription.fetch(10, timeout=2)
+    ours = [m for m in messages if TurnCompleted.model_validate_json(m.data).turn_id == "t-once"]
+    assert len(ours) == 1
+    assert ours[0].headers is not None and ours[0].headers["ks-tenant-id"] == CALLER.tenant_id
+    await client.close()

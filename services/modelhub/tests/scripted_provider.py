@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,7 @@ class ScriptedProvider:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[Reply]] = {}
+        self._responders: dict[str, Callable[[Recorded], Reply]] = {}
         self.requests: list[Recorded] = []
         self.unscripted: list[str] = []
         self.connections: set[int] = set()
@@ -173,9 +174,16 @@ class ScriptedProvider:
         with self._lock:
             self._scripts.setdefault(path, deque()).extend(replies)
 
+    def respond(self, path: str, responder: Callable[[Recorded], Reply]) -> None:
+        """Answer requests of ``path`` that no queued reply is left for with ``responder(request)``
+        (a reply chosen from what was asked: for concurrent or multi-step callers)."""
+        with self._lock:
+            self._responders[path] = responder
+
     def reset(self) -> None:
         with self._lock:
             self._scripts.clear()
+            self._responders.clear()
             self.requests.clear()
             self.unscripted.clear()
             self.connections.clear()
@@ -201,6 +209,8 @@ class ScriptedProvider:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             queue = self._scripts.get(recorded.path)
+            if not queue and recorded.path in self._responders:
+                return self._generation, self._responders[recorded.path](recorded)
             if not queue:
                 self.unscripted.append(f"{recorded.method} {recorded.path}")
                 return self._generation, None

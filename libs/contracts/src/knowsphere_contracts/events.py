@@ -53,31 +53,63 @@ class ChatRequested(Event):
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
     message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     knowledge_base_ids: list[str] = Field(default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN)
+    web_search: bool = Field(default=False, description="web tools are on this turn")
+    knowledge_graph: bool = Field(default=False, description="the knowledge-graph tool is on this turn")
+    language: str = Field(
+        default="", max_length=35, description="answer language (BCP-47); empty: the question's"
+    )
 
 
 class TurnEventKind(StrEnum):
     STARTED = "started"
+    INTENT = "intent"
+    TOOL_STARTED = "tool_started"
+    TOOL_FINISHED = "tool_finished"
+    SOURCES = "sources"
     TEXT_DELTA = "text_delta"
     CITATIONS = "citations"
     ERROR = "error"
     COMPLETED = "completed"
 
 
+class AnswerKind(StrEnum):
+    """How the text of a completed turn came about."""
+
+    GENERATED = "generated"
+    """Written by the chat model."""
+    EXTRACTED = "extracted"
+    """Sentences copied from the passages found (no chat model configured), each with its citation."""
+    FIXED = "fixed"
+    """A fixed reply (a greeting without a chat model, nothing to search)."""
+
+
 class Citation(BaseModel):
+    """One source of a turn, numbered for ``[[cN]]`` citations (``handle`` = ``cN``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     handle: str = Field(description="cN as written in the answer, e.g. c1")
-    chunk_id: str
-    document_id: str
-    file_name: str
-    knowledge_base_id: str
+    chunk_id: str = ""
+    document_id: str = ""
+    file_name: str = ""
+    knowledge_base_id: str = ""
+    page: int = Field(default=0, ge=0, description="1-based page; 0 when the format has none")
+    heading_path: list[str] = Field(default_factory=list)
+    snippet: str = ""
+    url: str = Field(default="", description="for web sources")
+    title: str = ""
 
 
 class ChatTurnEvent(Event):
     """One event of a turn in progress, published on ``ks.chat.events.v1.<turn_id>``.
 
     ``sequence`` starts at 0 and increases by one per event of the turn, so a reader can detect
-    loss. A turn always ends with exactly one ``completed`` or ``error`` event.
+    loss. A turn always ends with exactly one ``completed`` or ``error`` event. Which fields are set
+    depends on ``kind``: ``intent`` (intent, route, rewritten_query), ``tool_started`` /
+    ``tool_finished`` (tool_call_id, tool_name; finished adds tool_ok, duration_ms, attempts, error
+    message), ``sources`` (citations: this turn's numbered sources), ``text_delta`` (text),
+    ``completed`` (text: the whole answer, citations: the sources it cites, answer_kind,
+    removed_citations), ``error`` (error_code, error_message).
     """
 
     subject: ClassVar[str] = "ks.chat.events.v1"
@@ -86,6 +118,16 @@ class ChatTurnEvent(Event):
     kind: TurnEventKind
     text: str | None = None
     citations: list[Citation] = Field(default_factory=list)
+    intent: str | None = None
+    route: str | None = None
+    rewritten_query: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_ok: bool | None = None
+    duration_ms: int | None = Field(default=None, ge=0)
+    attempts: int | None = Field(default=None, ge=0)
+    answer_kind: AnswerKind | None = None
+    removed_citations: int = Field(default=0, ge=0, description="[[cN]] naming no source, left out")
     error_code: str | None = Field(
         default=None, description="stable machine code, e.g. retrieval_unavailable"
     )
@@ -100,13 +142,34 @@ class ChatTurnEvent(Event):
         return self.kind in (TurnEventKind.COMPLETED, TurnEventKind.ERROR)
 
 
-class TurnCompleted(Event):
-    """A turn finished; memory records cited documents and session state from it."""
+class CitedDocument(BaseModel):
+    """A document the answer of a turn cited at least once."""
 
-    subject: ClassVar[str] = "ks.chat.turn_completed.v1"
-    turn_id: str
-    session_id: str | None = None
-    cited_document_ids: list[str] = Field(default_factory=list)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    document_id: str = Field(min_length=1, max_length=128)
+    knowledge_base_id: str = Field(min_length=1, max_length=128)
+    file_name: str = Field(default="", max_length=1024)
+
+
+TURN_COMPLETED_STREAM = "KS_CONVERSATION_TURNS"
+"""JetStream stream that keeps :class:`TurnCompleted` events (every consumer declares it the same way:
+subjects ``[TurnCompleted.subject]``, limits retention); memory reads it with a durable consumer."""
+
+
+class TurnCompleted(Event):
+    """A turn finished (answered, cancelled or failed) — published exactly once per turn, at least
+    once on the wire: consumers apply it idempotently by ``turn_id``.
+
+    The asker travels in the ``ks-tenant-id`` / ``ks-user-id`` headers like every event; memory
+    records the cited documents for that user (document affinity) from it.
+    """
+
+    subject: ClassVar[str] = "ks.conversation.turn.completed.v1"
+    turn_id: str = Field(min_length=1, max_length=64)
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
+    outcome: Literal["completed", "cancelled", "failed"] = "completed"
+    cited_documents: list[CitedDocument] = Field(default_factory=list, max_length=1000)
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
 

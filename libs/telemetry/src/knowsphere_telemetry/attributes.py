@@ -57,3 +57,31 @@ DECIDE_METHOD: Final = "ks.decide.method"
 def registered() -> frozenset[str]:
     """Every attribute name registered here."""
     return frozenset(value for name, value in globals().items() if name.isupper() and isinstance(value, str))
+
+
+# --- tool calls (toolrunner) -----------------------------------------------------------------------
+TOOL_NAME: Final = "ks.tool.name"
+TOOL_ATTEMPT: Final = "ks.tool.attempt"
+TOOL_ATTEMPTS: Final = "ks.tool.attempts"
+TOOL_RESULT_CHARS: Final = "ks.tool.result_chars"
+TOOL_STORED: Final = "ks.tool.stored"
+TOOL_DISTILLED: Final = "ks.tool.distilled"
+TOOL_DEGRADED: Final = "ks.tool.degraded"
+TOOL_SOURCES: Final = "ks.tool.sources"
+
+# --- conversation turns ----------------------------------------------------------------------------
+INTENT: Final = "ks.turn.intent"
+ROUTE: Final = "ks.turn.route"
+DECISION_METHOD: Final = "ks.turn.decision_method"
+ANSWER_KIND: Final = "ks.turn.answer_kind"
+CITATIONS_REMOVED: Final = "ks.turn.citations_removed"
+SOURCES_COUNT: Final = "ks.turn.sources"
+
+# --- memory: handoff compaction and document affinity ----------------------------------------------
+COMPACTION_CONTEXT_WINDOW: Final = "ks.compaction.context_window"
+COMPACTION_ARCHIVED_MESSAGES: Final = "ks.compaction.archived_messages"
+COMPACTION_KEPT_TOKENS: Final = "ks.compaction.kept_tokens"
+COMPACTION_RESULT_REFS: Final = "ks.compaction.result_refs"
+COMPACTION_DEGRADED: Final = "ks.compaction.degraded"
+MEMORY_TURN_RECORDED: Final = "ks.memory.turn_recorded"
+MEMORY_CITED_DOCUMENTS: Final = "ks.memory.cited_documents"

@@ -1,10 +1,19 @@
-"""Wiring of the conversation service: settings, gRPC server, NATS bus, peer clients."""
+"""Wiring of the conversation service: settings, checkpoints, gRPC server, NATS bus, peer clients."""
 
-from knowsphere_clients import RetrievalClient, service_channel
+from knowsphere_clients import (
+    MemoryClient,
+    ModelHubClient,
+    RetrievalClient,
+    ToolRunnerClient,
+    service_channel,
+)
 from knowsphere_conversation import SERVICE_NAME
+from knowsphere_conversation.adapters.checkpoints import CheckpointStore
+from knowsphere_conversation.adapters.memory import MemoryContext
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
 from knowsphere_conversation.api.grpc import build_binding
+from knowsphere_conversation.domain.graph import TurnLimits
 from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_conversation.settings import Settings
 from knowsphere_runtime.bus import build_broker
@@ -13,19 +22,44 @@ from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
 
 
+def limits(settings: Settings) -> TurnLimits:
+    return TurnLimits(
+        keep_turns=settings.stm_keep_turns,
+        max_tool_rounds=settings.max_tool_rounds,
+        extract_sentences=settings.extract_sentences,
+        extract_chars=settings.extract_chars,
+        extract_top_k=settings.retrieval_top_k,
+    )
+
+
 def main() -> None:
     settings = load_settings(Settings)
 
     def build() -> list[Component]:
-        retrieval = service_channel("retrieval", settings.retrieval_addr, settings)
+        channels = {
+            name: service_channel(name, addr, settings)
+            for name, addr in (
+                ("retrieval", settings.retrieval_addr),
+                ("memory", settings.memory_addr),
+                ("toolrunner", settings.toolrunner_addr),
+                ("modelhub", settings.modelhub_addr),
+            )
+        }
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
-        bus = build_bus()
+        bus = build_bus(settings.max_concurrent_turns)
         broker.include_router(bus.router)
+        checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
         runner = TurnRunner(
-            search=RetrievalSearch(RetrievalClient(retrieval), settings.retrieval_top_k),
+            lambda: checkpoints.graph,
+            models=ModelHubClient(channels["modelhub"]),
+            tools=ToolRunnerClient(channels["toolrunner"]),
+            memory=MemoryContext(MemoryClient(channels["memory"])),
+            search=RetrievalSearch(RetrievalClient(channels["retrieval"]), settings.retrieval_top_k),
             publish=bus.publish_turn_event,
+            publish_completed=bus.publish_completed,
+            limits=limits(settings),
         )
         broker.context.set_global(TURN_RUNNER, runner)
         server = GrpcServer(
@@ -34,7 +68,7 @@ def main() -> None:
             bindings=[build_binding()],
             grace=settings.shutdown_grace_seconds,
         )
-        return [ChannelsComponent([retrieval]), server, BrokerComponent(broker)]
+        return [ChannelsComponent(list(channels.values())), checkpoints, server, BrokerComponent(broker)]
 
     run_service(SERVICE_NAME, settings, build)
 

@@ -15,4 +15,21 @@ class Settings(ServiceSettings):
     memory_addr: str = Field(description="host:port of the memory service")
     toolrunner_addr: str = Field(description="host:port of the toolrunner service")
     modelhub_addr: str = Field(description="host:port of the modelhub service")
-    retrieval_top_k: int = Field(default=8, ge=1, le=100)
+    retrieval_top_k: int = Field(default=8, ge=1, le=100, description="passages per search without a model")
+    checkpoint_url: str = Field(
+        default="",
+        description="PostgreSQL URL of the checkpoints (postgresql://…); empty: SQLite in the data dir",
+    )
+    max_concurrent_turns: int = Field(default=16, ge=1, le=1024, description="turns one replica runs at once")
+    stm_keep_turns: int = Field(
+        default=8, ge=0, le=100, description="finished turns sent verbatim to the model"
+    )
+    max_tool_rounds: int = Field(
+        default=8, ge=1, le=50, description="tool-calling rounds before a forced answer"
+    )
+    extract_sentences: int = Field(
+        default=5, ge=1, le=50, description="sentences quoted without a chat model"
+    )
+    extract_chars: int = Field(
+        default=1200, ge=100, le=20_000, description="characters quoted without a model"
+    )

@@ -41,6 +41,11 @@ class ChatTurnRequest(RequestBody):
         default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN, description="knowledge bases to search"
     )
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
+    web_search: bool = Field(default=False, description="let the answer use web search this turn")
+    knowledge_graph: bool = Field(default=False, description="let the answer query the knowledge graph")
+    language: str = Field(
+        default="", max_length=35, description="answer language (BCP-47); empty: the question's"
+    )
 
 
 def _sse(event: ChatTurnEvent) -> ServerSentEvent:
@@ -76,6 +81,9 @@ def build_chat_router(
                         session_id=body.session_id,
                         message=body.message,
                         knowledge_base_ids=body.knowledge_base_ids,
+                        web_search=body.web_search,
+                        knowledge_graph=body.knowledge_graph,
+                        language=body.language,
                     )
                 )
             expected = 0

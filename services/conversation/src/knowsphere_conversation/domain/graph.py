@@ -1,0 +1,620 @@
+"""The conversation graph: progressive agentic RAG on LangGraph.
+
+START → prepare_context → manage_memory → query_understand → generate → END
+                                                            → agent ⇄ tools → collect_sources → agent … → END
+                                                            → extract → END   (no chat model configured)
+
+The graph is built from an :class:`AgentConfig` (model, system prompt, tools, skills) — data, not
+constants — and runs with a :class:`TurnRuntime` in ``config["configurable"]["turn"]``: the peers
+(modelhub, toolrunner, memory, retrieval), this turn's options and the ``emit`` function that sends the
+turn's events. The checkpointed state keeps every message of the session; what a model sees is the
+view of :mod:`~knowsphere_conversation.domain.layout`.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol, TypedDict
+
+import structlog
+from google.protobuf import json_format
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from opentelemetry import trace
+
+from knowsphere.conversation.v1.conversation_enums import Intent, TurnRoute
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ChatRole
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
+from knowsphere_clients.errors import ServiceError
+from knowsphere_clients.modelhub import is_model_missing
+from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
+from knowsphere_conversation.domain import prompts
+from knowsphere_conversation.domain.citations import CitationFilter, clean_citations
+from knowsphere_conversation.domain.extractive import Passage, extract_answer
+from knowsphere_conversation.domain.intents import BY_CODE, route_for, rule_intent
+from knowsphere_conversation.domain.layout import (
+    Message,
+    ToolCallRecord,
+    build_request_messages,
+    finished_turns,
+)
+from knowsphere_telemetry import attributes
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer("knowsphere.conversation")
+
+PURPOSE_AGENT = "conversation.agent"
+PURPOSE_GENERATE = "conversation.generate"
+PURPOSE_REWRITE = "conversation.rewrite"
+PURPOSE_INTENT = "conversation.intent"
+
+
+class TurnError(Exception):
+    """Ends a turn with an ``error`` event: a stable ``code`` and a message for the user."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def model_error(error: ServiceError) -> TurnError:
+    """modelhub's friendly code and message (in the caller's language) as the turn's error."""
+    code = error.model_code.value if error.model_code else "model_unavailable"
+    return TurnError(code, error.user_message)
+
+
+# --- what the graph needs from outside -------------------------------------------------------------
+
+
+class Models(Protocol):
+    def chat_stream(self, request: mpb.ChatStreamRequest) -> Any: ...  # AsyncIterator[ChatStreamResponse]
+    async def decide(self, request: mpb.DecideRequest) -> mpb.DecideResponse: ...
+
+
+class Tools(Protocol):
+    async def list_tools(self, request: tpb.ListToolsRequest) -> tpb.ListToolsResponse: ...
+    async def execute_tool(self, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse: ...
+
+
+class Memory(Protocol):
+    async def background(self, knowledge_base_ids: Sequence[str], language: str) -> str: ...
+    async def handoff(self, session_id: str) -> str: ...
+
+
+Search = Callable[[str, Sequence[str]], Awaitable[Sequence[rpb.SearchResult]]]
+Emit = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What an agent is: the graph is built from it (the orchestration layer's unit)."""
+
+    agent_id: str = ""
+    model_id: str = ""
+    """Empty: the tenant's default chat model."""
+    identity: str = prompts.DEFAULT_IDENTITY
+    tool_names: tuple[str, ...] = ()
+    """Empty: every selectable tool (trimmed by the turn's switches)."""
+    skills: tuple[tuple[str, str], ...] = ()
+    """Bound skills as (name, description)."""
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    keep_turns: int = 8
+    max_tool_rounds: int = 8
+    extract_sentences: int = 5
+    extract_chars: int = 1200
+    extract_top_k: int = 5
+
+
+@dataclass
+class TurnRuntime:
+    """One turn's peers, options and event sink (not checkpointed)."""
+
+    models: Models
+    tools: Tools
+    memory: Memory
+    search: Search
+    emit: Emit
+    agent: AgentConfig
+    limits: TurnLimits
+    session_id: str
+    knowledge_base_ids: tuple[str, ...]
+    web_search: bool = False
+    knowledge_graph: bool = False
+    language: str = ""
+    # What the turn found out while running (read by the runner for the final event).
+    text: list[str] = field(default_factory=list)
+    removed_citations: int = 0
+    cited: list[str] = field(default_factory=list)
+    answer_kind: AnswerKind = AnswerKind.GENERATED
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class TurnState(TypedDict, total=False):
+    messages: Annotated[list[Message], operator.add]
+    """Every message of the session (the checkpoint keeps them all)."""
+    turn_id: str
+    question: str
+    rewritten: str
+    intent: str
+    route: str
+    no_model: bool
+    background: str
+    handoff: str
+    sources: list[dict[str, Any]]
+    """This turn's sources (Citation fields), in handle order."""
+    tool_rounds: int
+
+
+def _runtime(config: RunnableConfig) -> TurnRuntime:
+    runtime: TurnRuntime = config["configurable"]["turn"]
+    return runtime
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+# --- nodes ------------------------------------------------------------------------------------------
+
+
+async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """This turn's question; the previous turn's intent, rewrite and sources are cleared."""
+    return {"rewritten": "", "intent": "", "route": "", "sources": [], "tool_rounds": 0, "no_model": False}
+
+
+async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """The handoff summary of the session and the asker's background for this turn."""
+    turn = _runtime(config)
+    background = await turn.memory.background(turn.knowledge_base_ids, turn.language)
+    handoff = await turn.memory.handoff(turn.session_id) if turn.session_id else ""
+    return {"background": background, "handoff": handoff}
+
+
+async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """Rewrite (references and ellipsis only) and intent, each a short request of its own; the route
+    follows by rule."""
+    turn = _runtime(config)
+    question = state["question"]
+    history = finished_turns(state.get("messages", []), state["turn_id"], turn.limits.keep_turns)
+    no_model = False
+    rewritten = question
+    try:
+        if history:
+            rewritten = await _rewrite(turn, history, question, state.get("background", "")) or question
+        intent, method, probability = await _decide_intent(turn, history, rewritten)
+    except ServiceError as error:
+        if not is_model_missing(error):
+            raise model_error(error) from error
+        no_model, intent, method, probability = True, rule_intent(question), "rule", 1.0
+    route = route_for(
+        intent,
+        knowledge_bases=bool(turn.knowledge_base_ids),
+        web_search=turn.web_search,
+        tool_names=turn.agent.tool_names,
+    )
+    span = trace.get_current_span()
+    span.set_attribute(attributes.INTENT, intent.value)
+    span.set_attribute(attributes.ROUTE, route.value)
+    span.set_attribute(attributes.DECISION_METHOD, method)
+    await turn.emit(
+        TurnEventKind.INTENT,
+        intent=intent.value,
+        route=route.value,
+        rewritten_query=rewritten if rewritten != question else None,
+    )
+    log.info("intent decided", intent=intent.value, route=route.value, method=method, probability=probability)
+    return {"rewritten": rewritten, "intent": intent.value, "route": route.value, "no_model": no_model}
+
+
+async def _rewrite(turn: TurnRuntime, history: Sequence[Message], question: str, background: str) -> str:
+    recent = "\n".join(f"{m['role']}: {m['content'][:500]}" for m in history[-6:])
+    user = f"Conversation so far:\n{recent}\n\n"
+    if background:
+        user += f"About the asker:\n{background}\n\n"
+    user += f"Latest question: {question}"
+    request = mpb.ChatStreamRequest(
+        model_id=turn.agent.model_id,
+        purpose=PURPOSE_REWRITE,
+        temperature=0.0,
+        max_tokens=200,
+        messages=[
+            mpb.ChatMessage(
+                role=ChatRole.SYSTEM.to_proto(), content=[mpb.ContentPart(text=prompts.REWRITE_SYSTEM)]
+            ),
+            mpb.ChatMessage(role=ChatRole.USER.to_proto(), content=[mpb.ContentPart(text=user)]),
+        ],
+    )
+    parts = [e.text_delta.text async for e in turn.models.chat_stream(request) if e.HasField("text_delta")]
+    return "".join(parts).strip().strip('"')
+
+
+async def _decide_intent(
+    turn: TurnRuntime, history: Sequence[Message], question: str
+) -> tuple[Intent, str, float]:
+    context = "\n".join(f"{m['role']}: {m['content'][:300]}" for m in history[-4:])
+    text = (f"Recent conversation:\n{context}\n\n" if context else "") + f"Latest message: {question}"
+    request = mpb.DecideRequest(
+        model_id=turn.agent.model_id,
+        purpose=PURPOSE_INTENT,
+        prompt=prompts.INTENT_PROMPT,
+        messages=[mpb.ChatMessage(role=ChatRole.USER.to_proto(), content=[mpb.ContentPart(text=text)])],
+        labels=[mpb.DecisionLabel(name=code, description=desc) for code, desc in prompts.intent_labels()],
+    )
+    response = await turn.models.decide(request)
+    intent = BY_CODE.get(response.label, Intent.KB_SEARCH)
+    method = "logprobs" if response.method == mpb.DECISION_METHOD_LOGPROBS else "json"
+    return intent, method, response.probability
+
+
+def _switches(turn: TurnRuntime) -> tpb.TurnSwitches:
+    return tpb.TurnSwitches(
+        knowledge_base_ids=list(turn.knowledge_base_ids),
+        web_search=turn.web_search,
+        knowledge_graph=turn.knowledge_graph,
+    )
+
+
+def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
+    messages = state.get("messages", [])
+    this_turn = [m for m in messages if m["turn_id"] == state["turn_id"]]
+    context = prompts.turn_context(
+        rewritten=state.get("rewritten", "") if state.get("rewritten") != state["question"] else "",
+        image_description="",
+        skills=(),
+        background=state.get("background", ""),
+    )
+    return build_request_messages(
+        system=prompts.system_segment(turn.agent.identity, turn.agent.skills),
+        task=prompts.task_segment(
+            knowledge_bases=len(turn.knowledge_base_ids),
+            web_search=turn.web_search,
+            knowledge_graph=turn.knowledge_graph,
+            language=turn.language,
+        ),
+        handoff=state.get("handoff", ""),
+        history=finished_turns(messages, state["turn_id"], turn.limits.keep_turns),
+        context=context,
+        turn=this_turn,
+    )
+
+
+async def _stream_model(
+    turn: TurnRuntime, request: mpb.ChatStreamRequest, handles: Sequence[str]
+) -> tuple[str, list[ToolCallRecord]]:
+    """Streams one model call's text to the client (citations checked) and gathers its tool calls."""
+    citations = CitationFilter(handles)
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+
+    async def show(piece: str) -> None:
+        if piece:
+            text.append(piece)
+            turn.text.append(piece)
+            await turn.emit(TurnEventKind.TEXT_DELTA, text=piece)
+
+    try:
+        async for event in turn.models.chat_stream(request):
+            kind = event.WhichOneof("event")
+            if kind == "text_delta":
+                await show(citations.feed(event.text_delta.text))
+            elif kind == "tool_call_delta":
+                delta = event.tool_call_delta
+                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = call["id"] or delta.id
+                call["name"] = call["name"] or delta.name
+                call["arguments"] += delta.arguments_delta
+            elif kind == "usage":
+                for key in ("prompt_tokens", "completion_tokens"):
+                    turn.usage[key] = turn.usage.get(key, 0) + getattr(event.usage, key)
+                if event.usage.HasField("cached_prompt_tokens"):
+                    turn.usage["cached_prompt_tokens"] = (
+                        turn.usage.get("cached_prompt_tokens", 0) + event.usage.cached_prompt_tokens
+                    )
+    except ServiceError as error:
+        raise model_error(error) from error
+    await show(citations.flush())
+    turn.removed_citations += citations.removed
+    turn.cited.extend(h for h in citations.cited if h not in turn.cited)
+    records = [
+        ToolCallRecord(
+            id=c["id"] or f"call_{_new_id()[:12]}", name=c["name"], arguments=c["arguments"] or "{}"
+        )
+        for _, c in sorted(calls.items())
+        if c["name"]
+    ]
+    return "".join(text), records
+
+
+async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """One main-model request with the tools usable this turn; tool calls go to ``tools``."""
+    turn = _runtime(config)
+    listed = await turn.tools.list_tools(
+        tpb.ListToolsRequest(
+            switches=_switches(turn),
+            tool_names=list(turn.agent.tool_names),
+            skill_names=[s for s, _ in turn.agent.skills],
+        )
+    )
+    rounds = state.get("tool_rounds", 0)
+    request = mpb.ChatStreamRequest(
+        model_id=turn.agent.model_id,
+        purpose=PURPOSE_AGENT,
+        messages=_prompt(turn, state),
+        tools=[
+            mpb.ToolDefinition(
+                name=t.name, description=t.description, parameters_json_schema=t.parameters_json_schema
+            )
+            for t in listed.tools
+        ],
+    )
+    if listed.tools:
+        mode = (
+            mpb.TOOL_CHOICE_MODE_NONE if rounds >= turn.limits.max_tool_rounds else mpb.TOOL_CHOICE_MODE_AUTO
+        )
+        request.tool_choice.mode = mode
+    handles = [s["handle"] for s in state.get("sources", [])]
+    text, calls = await _stream_model(turn, request, handles)
+    if rounds >= turn.limits.max_tool_rounds:
+        calls = []
+    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=not calls)
+    if calls:
+        message["tool_calls"] = calls
+    return {"messages": [message], "tool_rounds": rounds + (1 if calls else 0)}
+
+
+def after_agent(state: TurnState) -> str:
+    last = state["messages"][-1]
+    return "tools" if last.get("tool_calls") else END
+
+
+TOOL_FAILURES = frozenset({tpb.TOOL_ERROR_CODE_FAILED, tpb.TOOL_ERROR_CODE_TIMED_OUT})
+"""Tool errors that end the turn (the tool runner already retried); others go back to the model."""
+
+
+async def tools(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """Runs the last message's tool calls through the tool runner, in order."""
+    turn = _runtime(config)
+    calls = state["messages"][-1].get("tool_calls", [])
+    sources = list(state.get("sources", []))
+    out: list[Message] = []
+    for call in calls:
+        await turn.emit(TurnEventKind.TOOL_STARTED, tool_call_id=call["id"], tool_name=call["name"])
+        started = time.monotonic()
+        request = tpb.ExecuteToolRequest(
+            name=call["name"],
+            tool_call_id=call["id"],
+            context=tpb.ToolContext(
+                session_id=turn.session_id,
+                turn_id=state["turn_id"],
+                switches=_switches(turn),
+                skill_names=[s for s, _ in turn.agent.skills],
+                sources=[_to_source(s) for s in sources],
+                language=turn.language,
+                agent_id=turn.agent.agent_id,
+            ),
+        )
+        try:
+            arguments = json.loads(call["arguments"] or "{}")
+            if not isinstance(arguments, dict):
+                raise ValueError("arguments must be a JSON object")
+            request.arguments.update(arguments)
+        except ValueError as error:
+            content, ok, attempts = (
+                f"error: the arguments are not a JSON object ({error}); call again",
+                False,
+                0,
+            )
+        else:
+            try:
+                response = await turn.tools.execute_tool(request)
+            except ServiceError as error:
+                await _tool_finished(turn, call, started, ok=False, attempts=0)
+                raise TurnError(
+                    "tool_unavailable", f"the tool {call['name']} could not run: {error.user_message}"
+                ) from error
+            if response.HasField("error") and response.error.code in TOOL_FAILURES:
+                await _tool_finished(turn, call, started, ok=False, attempts=response.attempts)
+                raise TurnError(
+                    "tool_failed",
+                    f"the tool {call['name']} failed after {response.attempts} attempt(s): "
+                    f"{response.error.message}",
+                )
+            ok, attempts = not response.HasField("error"), response.attempts
+            content = response.content
+            known = {s["handle"] for s in sources}
+            for source in response.sources:
+                as_dict = _from_source(source)
+                if as_dict["handle"] and as_dict["handle"] not in known:
+                    sources.append(as_dict)
+                    known.add(as_dict["handle"])
+        await _tool_finished(turn, call, started, ok=ok, attempts=attempts)
+        out.append(
+            Message(
+                id=_new_id(),
+                turn_id=state["turn_id"],
+                role="tool",
+                content=content,
+                tool_call_id=call["id"],
+                name=call["name"],
+            )
+        )
+    return {"messages": out, "sources": sources}
+
+
+async def _tool_finished(
+    turn: TurnRuntime, call: ToolCallRecord, started: float, *, ok: bool, attempts: int
+) -> None:
+    await turn.emit(
+        TurnEventKind.TOOL_FINISHED,
+        tool_call_id=call["id"],
+        tool_name=call["name"],
+        tool_ok=ok,
+        attempts=attempts,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _to_source(source: dict[str, Any]) -> tpb.Source:
+    return tpb.Source(
+        handle=source["handle"],
+        chunk_id=source.get("chunk_id", ""),
+        document_id=source.get("document_id", ""),
+        file_name=source.get("file_name", ""),
+        knowledge_base_id=source.get("knowledge_base_id", ""),
+        url=source.get("url", ""),
+        title=source.get("title", ""),
+        snippet=source.get("snippet", ""),
+        index=int(source["handle"][1:]) if source["handle"][1:].isdigit() else 0,
+        kind=tpb.SOURCE_KIND_WEB if source.get("url") else tpb.SOURCE_KIND_CHUNK,
+    )
+
+
+def _from_source(source: tpb.Source) -> dict[str, Any]:
+    handle = source.handle or (f"c{source.index}" if source.index else "")
+    fields = json_format.MessageToDict(source, preserving_proto_field_name=True)
+    known = set(Citation.model_fields)
+    citation = {k: v for k, v in fields.items() if k in known}
+    citation["handle"] = handle
+    return Citation(**citation).model_dump()
+
+
+async def collect_sources(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """This turn's sources (only this turn's tool messages count) announced to the client."""
+    turn = _runtime(config)
+    sources = state.get("sources", [])
+    if sources:
+        await turn.emit(TurnEventKind.SOURCES, citations=[Citation(**s) for s in sources])
+    return {}
+
+
+async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """One answer without tools (greetings, chitchat, questions with nothing to search)."""
+    turn = _runtime(config)
+    if state.get("no_model"):
+        greeting = state.get("intent") == Intent.GREETING.value
+        return await _fixed_answer(
+            turn, state, prompts.NO_MODEL_GREETING if greeting else prompts.NO_MODEL_NO_KB
+        )
+    request = mpb.ChatStreamRequest(
+        model_id=turn.agent.model_id, purpose=PURPOSE_GENERATE, messages=_prompt(turn, state)
+    )
+    text, _ = await _stream_model(turn, request, ())
+    return {
+        "messages": [
+            Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+        ]
+    }
+
+
+async def _fixed_answer(turn: TurnRuntime, state: TurnState, texts: dict[str, str]) -> dict[str, Any]:
+    text = texts[prompts.reply_language(turn.language, state["question"])]
+    turn.text.append(text)
+    await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
+    turn.answer_kind = AnswerKind.FIXED
+    return {
+        "messages": [
+            Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+        ]
+    }
+
+
+async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """Without a chat model: the most relevant sentences of the top passages, each cited."""
+    turn = _runtime(config)
+    if not turn.knowledge_base_ids:
+        return await _fixed_answer(turn, state, prompts.NO_MODEL_NO_KB)
+    results = list(await turn.search(state.get("rewritten") or state["question"], turn.knowledge_base_ids))
+    results = results[: turn.limits.extract_top_k]
+    sources = [
+        Citation(
+            handle=f"c{n}",
+            chunk_id=r.chunk_id,
+            document_id=r.document_id,
+            file_name=r.file_name,
+            knowledge_base_id=r.knowledge_base_id,
+            page=max(r.page, 0),
+            heading_path=list(r.heading_path),
+            snippet=r.text[:300],
+        ).model_dump()
+        for n, r in enumerate(results, start=1)
+    ]
+    language = prompts.reply_language(turn.language, state["question"])
+    body = extract_answer(
+        state["question"],
+        [Passage(s["handle"], r.text) for s, r in zip(sources, results, strict=True)],
+        max_sentences=turn.limits.extract_sentences,
+        max_chars=turn.limits.extract_chars,
+    )
+    if not body:
+        return await _fixed_answer(turn, state, prompts.NOTHING_FOUND) | {"sources": []}
+    if sources:
+        await turn.emit(TurnEventKind.SOURCES, citations=[Citation(**s) for s in sources])
+    text = f"{prompts.ADD_MODEL_HINT[language]}\n\n{body}"
+    _, _, cited = _cite(text, sources)
+    turn.cited.extend(cited)
+    turn.text.append(text)
+    await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
+    turn.answer_kind = AnswerKind.EXTRACTED
+    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+    return {"messages": [message], "sources": sources}
+
+
+def _cite(text: str, sources: Sequence[dict[str, Any]]) -> tuple[str, int, list[str]]:
+    return clean_citations(text, [s["handle"] for s in sources])
+
+
+def after_understanding(state: TurnState) -> str:
+    if state.get("no_model") and state.get("route") == TurnRoute.REACT.value:
+        return "extract"
+    return "agent" if state.get("route") == TurnRoute.REACT.value else "generate"
+
+
+def build_graph(
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The compiled graph; one per process, shared by every turn (agents differ by runtime config)."""
+    graph = StateGraph(TurnState)
+    graph.add_node("prepare_context", prepare_context)
+    graph.add_node("manage_memory", manage_memory)
+    graph.add_node("query_understand", query_understand)
+    graph.add_node("generate", generate)
+    graph.add_node("extract", extract)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_node("collect_sources", collect_sources)
+    graph.add_edge(START, "prepare_context")
+    graph.add_edge("prepare_context", "manage_memory")
+    graph.add_edge("manage_memory", "query_understand")
+    graph.add_conditional_edges("query_understand", after_understanding, ["agent", "generate", "extract"])
+    graph.add_edge("generate", END)
+    graph.add_edge("extract", END)
+    graph.add_conditional_edges("agent", after_agent, ["tools", END])
+    graph.add_edge("tools", "collect_sources")
+    graph.add_edge("collect_sources", "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
+__all__ = [
+    "AgentConfig",
+    "Memory",
+    "Models",
+    "Tools",
+    "TurnError",
+    "TurnLimits",
+    "TurnRuntime",
+    "TurnState",
+    "build_graph",
+]

@@ -1,0 +1,129 @@
+"""The texts the conversation sends to models: the agent's system segment, the task segment, the
+query-understanding requests and the fixed replies used when no chat model is configured.
+
+The system segment depends only on the agent (identity, limits, bound skills) — never on this turn's
+switches or language — so its bytes stay equal from turn to turn and the provider's prompt cache keeps
+hitting. Everything that a switch changes is in :func:`task_segment`, after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from knowsphere_conversation.domain.intents import LABELS
+
+DEFAULT_IDENTITY = "You are KnowSphere, an assistant that answers questions from an organisation's documents."
+
+RULES = """Rules:
+- Facts come only from the results of retrieval or web tools of this turn. Never answer a factual \
+question from memory; if the tools find nothing, say so plainly.
+- After a hit, read the passage in full with list_chunks before relying on it.
+- A previous turn's tool results are not evidence for this turn: search again.
+- Cite each fact right after it with its source handle in double brackets, e.g. "The fee is 5% [[c2]].". \
+Use only handles of this turn's results; never write [1] or a list of references at the end.
+- Answer in the language of the question unless the task says otherwise. Be concise."""
+
+
+def system_segment(identity: str, skills: Sequence[tuple[str, str]] = ()) -> str:
+    """Identity, capability limits and the bound skills catalogue (name, description)."""
+    parts = [identity.strip() or DEFAULT_IDENTITY, RULES]
+    if skills:
+        lines = [
+            f"- {name}: {description} (instructions: /skills/{name}/SKILL.md)" for name, description in skills
+        ]
+        parts.append("Skills (read the instructions with read_file before using one):\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def task_segment(*, knowledge_bases: int, web_search: bool, knowledge_graph: bool, language: str) -> str:
+    """This turn's switches: what the tools can reach and the answer language."""
+    lines = [
+        "Task settings:",
+        f"- knowledge bases selected: {'yes' if knowledge_bases else 'no'}",
+        f"- web search: {'on' if web_search else 'off'}",
+        f"- knowledge graph: {'on' if knowledge_graph else 'off'}",
+        f"- answer language: {language or 'the language of the question'}",
+    ]
+    return "\n".join(lines)
+
+
+def turn_context(*, rewritten: str, image_description: str, skills: Sequence[str], background: str) -> str:
+    """The block right before the question: what query understanding found and who is asking."""
+    parts = []
+    if rewritten:
+        parts.append(f"Search query for this question: {rewritten}")
+    if image_description:
+        parts.append(f"The attached image shows: {image_description}")
+    if skills:
+        parts.append("Skills named for this question: " + ", ".join(skills))
+    if background:
+        parts.append(f"About the asker (use it to resolve references, not as the question):\n{background}")
+    return "\n\n".join(parts)
+
+
+HANDOFF_HEADER = "Summary of the earlier conversation (older turns were compacted):"
+
+# --- query understanding: short requests of their own, never sharing the main prefix ---------------
+
+REWRITE_SYSTEM = """Rewrite the user's latest question into a standalone search query.
+Only resolve references (pronouns, "it", "that one", 它, 这个) and ellipsis from the conversation.
+Keep every cue such as "latest", "most popular", 最近, 比较火. Keep the language of the question.
+Never add instructions such as "search again for". Reply with the query only."""
+
+INTENT_PROMPT = "Which label fits the user's latest message? Answer with the label's letter only."
+
+
+def intent_labels() -> list[tuple[str, str]]:
+    return [(label.code, label.description) for label in LABELS]
+
+
+# --- replies without a chat model ----------------------------------------------------------------
+
+ADD_MODEL_HINT = {
+    "en": "No chat model is configured, so this answer is extracted from the documents, not written. "
+    "Add one under Models (or set KS_MODELHUB_KNOWLEDGE_QA_PROVIDER / _MODEL / _API_KEY) "
+    "for written answers.",
+    "zh": "尚未配置对话模型，以下内容摘自文档原文，并非模型生成。"
+    "在「模型」中添加对话模型（或设置 KS_MODELHUB_KNOWLEDGE_QA_PROVIDER / _MODEL / _API_KEY）"
+    "即可获得完整回答。",
+}
+NO_MODEL_GREETING = {
+    "en": "Hello! Ask me about the documents in your knowledge bases. No chat model is configured yet, "
+    "so I can only quote the passages that match; add one under Models for written answers.",
+    "zh": "你好！可以就知识库里的文档向我提问。目前尚未配置对话模型，我只能摘录匹配的原文；"
+    "在「模型」中添加对话模型即可获得完整回答。",
+}
+NO_MODEL_NO_KB = {
+    "en": "No chat model is configured and no knowledge base is selected, so there is nothing I can answer "
+    "from. Select a knowledge base to get matching passages, or add a chat model under Models.",
+    "zh": "尚未配置对话模型，也没有选择知识库，因此无法回答。"
+    "选择知识库可获得匹配的原文摘录，或在「模型」中添加对话模型。",
+}
+NOTHING_FOUND = {
+    "en": "The selected knowledge bases have no passage that matches this question.",
+    "zh": "所选知识库中没有与这个问题相关的内容。",
+}
+
+
+def reply_language(language: str, question: str) -> str:
+    """``zh`` or ``en`` for the fixed replies: the requested language, else the question's script."""
+    if language:
+        return "zh" if language.lower().startswith("zh") else "en"
+    return "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in question) else "en"
+
+
+__all__ = [
+    "ADD_MODEL_HINT",
+    "DEFAULT_IDENTITY",
+    "HANDOFF_HEADER",
+    "INTENT_PROMPT",
+    "NOTHING_FOUND",
+    "NO_MODEL_GREETING",
+    "NO_MODEL_NO_KB",
+    "REWRITE_SYSTEM",
+    "intent_labels",
+    "reply_language",
+    "system_segment",
+    "task_segment",
+    "turn_context",
+]

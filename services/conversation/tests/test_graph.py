@@ -1,0 +1,272 @@
+"""The conversation graph end to end inside one process: a turn's events, its answer and citations, as
+a client would see them, for every path (generate, ReAct with tools, extract without a model) and every
+way a turn can fail.
+
+The peers are in-process stand-ins speaking the contract's messages (``peers.py``); each test scripts
+what the model says. The same paths over the real services and NATS are in
+``tests/e2e/test_conversation.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_clients.errors import ModelFailure, ResourceExhausted
+from knowsphere_contracts.events import AnswerKind, ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
+from knowsphere_conversation.domain.graph import TurnLimits, build_graph
+from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, TurnRunner
+from knowsphere_runtime.identity import Identity, bound_identity
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import CALLER, Memory, Models, Search, Tools, from_text, text, tool_call
+
+
+class Harness:
+    def __init__(
+        self,
+        models: Models,
+        tools: Tools | None = None,
+        search: Search | None = None,
+        memory: Memory | None = None,
+    ) -> None:
+        self.models = models
+        self.tools = tools or Tools()
+        self.search = search or Search()
+        self.events: list[ChatTurnEvent] = []
+        self.completed: list[TurnCompleted] = []
+        graph = build_graph(InMemorySaver())
+
+        async def publish(event: ChatTurnEvent) -> None:
+            self.events.append(event)
+
+        async def announce(event: TurnCompleted) -> None:
+            self.completed.append(event)
+
+        self.runner = TurnRunner(
+            lambda: graph,
+            models=models,
+            tools=self.tools,
+            memory=memory or Memory(),
+            search=self.search,
+            publish=publish,
+            publish_completed=announce,
+            limits=TurnLimits(max_tool_rounds=3),
+        )
+
+    async def ask(
+        self,
+        message: str,
+        *,
+        turn_id: str = "t1",
+        session: str = "s1",
+        kbs: Sequence[str] = ("kb-1",),
+        caller: Identity | None = CALLER,
+    ) -> list[ChatTurnEvent]:
+        start = len(self.events)
+        with bound_identity(caller):
+            await self.runner.run(
+                ChatRequested(
+                    turn_id=turn_id, session_id=session, message=message, knowledge_base_ids=list(kbs)
+                )
+            )
+        events = self.events[start:]
+        assert [e.sequence for e in events] == list(range(len(events)))
+        assert [e.is_final for e in events] == [False] * (len(events) - 1) + [True], [e.kind for e in events]
+        return events
+
+
+def kinds(events: Sequence[ChatTurnEvent]) -> list[str]:
+    return [e.kind.value for e in events]
+
+
+def answer_with_tool(request: mpb.ChatStreamRequest) -> list[Any]:
+    """First request: search; once a tool result is in the prompt: answer citing c1 (and a made-up c9)."""
+    if request.messages[-1].role == mpb.CHAT_ROLE_TOOL:
+        return text("Employees get 25 days", " of leave [[c", "1]]. Also 3 sick days [[c9]].")
+    return tool_call("doc_retrieval", {"query": "annual leave"})
+
+
+async def test_a_greeting_is_answered_without_tools() -> None:
+    harness = Harness(Models(lambda r: text("Hello! How can I help?"), intent="A"))
+    events = await harness.ask("hi there")
+    assert kinds(events) == ["started", "intent", "text_delta", "completed"]
+    assert events[1].intent == "greeting" and events[1].route == "generate"
+    assert events[-1].text == "Hello! How can I help?" and events[-1].answer_kind is AnswerKind.GENERATED
+    assert harness.tools.listed == [] and harness.tools.executed == []
+
+
+async def test_a_knowledge_question_searches_then_answers_citing_only_real_sources() -> None:
+    harness = Harness(Models(answer_with_tool))
+    events = await harness.ask("How many days of leave do I get?")
+    assert kinds(events)[:5] == ["started", "intent", "tool_started", "tool_finished", "sources"]
+    assert events[1].route == "react"
+    finished = events[3]
+    assert finished.tool_name == "doc_retrieval" and finished.tool_ok and finished.duration_ms is not None
+    final = events[-1]
+    assert final.kind is TurnEventKind.COMPLETED
+    # The made-up [[c9]] is never shown; it is counted.
+    assert final.text == "Employees get 25 days of leave [[c1]]. Also 3 sick days ."
+    assert "".join(e.text or "" for e in events if e.kind is TurnEventKind.TEXT_DELTA) == final.text
+    assert final.removed_citations == 1
+    assert [(c.handle, c.chunk_id, c.file_name) for c in final.citations] == [
+        ("c1", "chunk-1", "handbook.pdf")
+    ]
+    [announced] = harness.completed
+    assert [(d.document_id, d.knowledge_base_id) for d in announced.cited_documents] == [
+        ("doc-handbook", "kb-1")
+    ]
+    # The tool saw the turn's switches; the model saw only the tools ListTools returned.
+    assert list(harness.tools.executed[0].context.switches.knowledge_base_ids) == ["kb-1"]
+    assert [t.name for t in harness.models.requests[0].tools] == ["doc_retrieval"]
+
+
+async def test_each_request_of_a_tool_loop_extends_the_previous_one() -> None:
+    harness = Harness(Models(answer_with_tool))
+    await harness.ask("How many days of leave do I get?")
+    first, second = harness.models.requests
+    assert list(second.messages)[: len(first.messages)] == list(first.messages)
+    assert second.messages[-1].role == mpb.CHAT_ROLE_TOOL
+
+
+async def test_a_follow_up_is_rewritten_and_cannot_reuse_the_previous_turns_citations() -> None:
+    def agent(request: mpb.ChatStreamRequest) -> list[Any]:
+        if request.purpose == "conversation.generate" or any(
+            m.role == mpb.CHAT_ROLE_TOOL for m in request.messages[-1:]
+        ):
+            return text("As said before [[c1]].")
+        if request.messages[-1].content[0].text.endswith("Question: And for part-timers?"):
+            return text("As said before [[c1]].")
+        return answer_with_tool(request)
+
+    harness = Harness(Models(agent))
+    await harness.ask("How many days of leave do I get?", turn_id="t1")
+    events = await harness.ask("And for part-timers?", turn_id="t2")
+    rewrites = [r for r in harness.models.requests if r.purpose == "conversation.rewrite"]
+    assert len(rewrites) == 1 and "And for part-timers?" in rewrites[0].messages[-1].content[0].text
+    assert events[1].rewritten_query == "rewritten: Latest question: And for part-timers?"
+    # The previous turn's question and answer are in the history the model saw.
+    main = [r for r in harness.models.requests if r.purpose == "conversation.agent"][-1]
+    history = [m.content[0].text for m in main.messages if m.content]
+    assert "How many days of leave do I get?" in history
+    final = events[-1]
+    assert final.text == "As said before ." and final.removed_citations == 1 and final.citations == []
+
+
+async def test_a_tool_that_keeps_failing_ends_the_turn_with_one_error() -> None:
+    harness = Harness(Models(answer_with_tool), tools=Tools(fail=True))
+    events = await harness.ask("How many days of leave do I get?")
+    assert kinds(events) == ["started", "intent", "tool_started", "tool_finished", "error"]
+    assert events[3].tool_ok is False and events[3].attempts == 3
+    assert events[-1].error_code == "tool_failed" and "retrieval is down" in (events[-1].error_message or "")
+
+
+async def test_a_model_stream_that_breaks_mid_answer_ends_with_one_error_event() -> None:
+    broken = ResourceExhausted(
+        "429",
+        model=ModelFailure(
+            code=ModelErrorCode.RATE_LIMITED, user_message="The model is busy; retry in a minute."
+        ),
+    )
+    harness = Harness(Models(lambda r: [from_text("Employees get"), broken], intent="B"))
+    events = await harness.ask("tell me a joke")
+    assert kinds(events) == ["started", "intent", "text_delta", "error"]
+    assert events[-1].error_code == "rate_limited"
+    assert events[-1].error_message == "The model is busy; retry in a minute."
+
+
+async def test_without_a_chat_model_a_question_gets_cited_sentences_labelled_as_extracted() -> None:
+    passage = rpb.SearchResult(
+        chunk_id="chunk-7",
+        document_id="doc-handbook",
+        knowledge_base_id="kb-1",
+        file_name="handbook.pdf",
+        page=4,
+        heading_path=["Leave", "Annual leave"],
+        text="Annual leave is 25 days per year. Leave requests go to your manager. The canteen opens at 8.",
+    )
+    search = Search([passage])
+    harness = Harness(Models(lambda r: [], missing=True), search=search)
+    events = await harness.ask("How many days of annual leave per year?")
+    assert kinds(events) == ["started", "intent", "sources", "text_delta", "completed"]
+    final = events[-1]
+    assert final.answer_kind is AnswerKind.EXTRACTED
+    assert "Annual leave is 25 days per year. [[c1]]" in (final.text or "")
+    assert "canteen" not in (final.text or "")
+    assert "No chat model is configured" in (final.text or "")
+    [source] = final.citations
+    assert (source.chunk_id, source.page, source.heading_path) == ("chunk-7", 4, ["Leave", "Annual leave"])
+    assert search.queries == ["How many days of annual leave per year?"]
+
+
+@pytest.mark.parametrize(
+    ("message", "kbs", "expected"),
+    [
+        ("你好", ("kb-1",), "你好！"),
+        ("hello", (), "Hello!"),
+        ("What is our leave policy?", (), "no knowledge base is selected"),
+    ],
+)
+async def test_without_a_chat_model_greetings_and_questions_without_knowledge_bases_get_a_fixed_reply(
+    message: str, kbs: tuple[str, ...], expected: str
+) -> None:
+    harness = Harness(Models(lambda r: [], missing=True))
+    events = await harness.ask(message, kbs=kbs)
+    assert events[-1].kind is TurnEventKind.COMPLETED and events[-1].answer_kind is AnswerKind.FIXED
+    assert expected in (events[-1].text or "")
+    assert harness.search.queries == []
+
+
+async def test_without_a_chat_model_a_question_nothing_matches_says_so() -> None:
+    harness = Harness(Models(lambda r: [], missing=True), search=Search([]))
+    events = await harness.ask("How many days of annual leave per year?")
+    assert events[-1].answer_kind is AnswerKind.FIXED
+    assert events[-1].text == "The selected knowledge bases have no passage that matches this question."
+
+
+async def test_a_turn_without_identity_ends_with_one_error_naming_it() -> None:
+    harness = Harness(Models(answer_with_tool))
+    [final] = await harness.ask("hello", caller=None)
+    assert final.error_code == IDENTITY_REQUIRED
+    assert harness.models.requests == []
+
+
+async def test_another_users_session_id_is_another_conversation() -> None:
+    seen: list[list[str]] = []
+
+    def agent(request: mpb.ChatStreamRequest) -> list[Any]:
+        seen.append([m.content[0].text for m in request.messages if m.content])
+        return text("ok")
+
+    harness = Harness(Models(agent, intent="B"))
+    await harness.ask("my secret is 42", turn_id="t1", session="shared")
+    await harness.ask(
+        "what is my secret?", turn_id="t2", session="shared", caller=Identity("other", "mallory")
+    )
+    assert not any("my secret is 42" in m for m in seen[-1])
+
+
+async def test_the_asker_background_and_handoff_reach_the_main_request_in_their_segments() -> None:
+    seen: list[mpb.ChatStreamRequest] = []
+
+    def agent(request: mpb.ChatStreamRequest) -> list[Any]:
+        seen.append(request)
+        return text("ok")
+
+    harness = Harness(
+        Models(agent, intent="B"),
+        memory=Memory(background="Works in finance.", handoff="Original request: Q3 report"),
+    )
+    await harness.ask("hello again")
+    texts = [m.content[0].text for m in seen[0].messages]
+    assert "Works in finance." not in texts[0]  # never in the cached system segment
+    assert "Original request: Q3 report" in texts[1]
+    assert "Works in finance." in texts[-1] and texts[-1].endswith("Question: hello again")
