@@ -68,7 +68,7 @@ class Models:
                 yield from_text(f"rewritten: {request.messages[-1].content[0].text.splitlines()[-1]}")
                 return
             for event in self.agent(request):
-                if isinstance(event, Exception):
+                if isinstance(event, BaseException):
                     raise event
                 yield event
 

@@ -9,6 +9,7 @@ what the model says. The same paths over the real services and NATS are in
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients.errors import ModelFailure, ResourceExhausted
 from knowsphere_contracts.events import AnswerKind, ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
 from knowsphere_conversation.domain.graph import TurnLimits, build_graph
-from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, TurnRunner
+from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, Outcome, TurnRunner
 from knowsphere_runtime.identity import Identity, bound_identity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,7 +44,7 @@ class Harness:
         self.search = search or Search()
         self.events: list[ChatTurnEvent] = []
         self.completed: list[TurnCompleted] = []
-        graph = build_graph(InMemorySaver())
+        self.graph = graph = build_graph(InMemorySaver())
 
         async def publish(event: ChatTurnEvent) -> None:
             self.events.append(event)
@@ -270,3 +271,128 @@ async def test_the_asker_background_and_handoff_reach_the_main_request_in_their_
     assert "Works in finance." not in texts[0]  # never in the cached system segment
     assert "Original request: Q3 report" in texts[1]
     assert "Works in finance." in texts[-1] and texts[-1].endswith("Question: hello again")
+
+
+class Crash(BaseException):
+    """The process dying in the middle of a turn (nothing in the turn catches it)."""
+
+
+class Log:
+    """The turn event log as the events stream keeps it."""
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+
+    async def read(self, turn_id: str) -> list[ChatTurnEvent]:
+        return [e for e in self._harness.events if e.turn_id == turn_id]
+
+
+def restarted(harness: Harness, models: Models, tools: Tools) -> TurnRunner:
+    """A new replica: new runner and peers, the same checkpoints and event stream."""
+
+    async def publish(event: ChatTurnEvent) -> None:
+        harness.events.append(event)
+
+    async def announce(event: TurnCompleted) -> None:
+        harness.completed.append(event)
+
+    return TurnRunner(
+        lambda: harness.graph,
+        models=models,
+        tools=tools,
+        memory=Memory(),
+        search=Search(),
+        publish=publish,
+        publish_completed=announce,
+        limits=TurnLimits(),
+        event_log=Log(harness),
+    )
+
+
+def shown_once(events: Sequence[ChatTurnEvent]) -> None:
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert sum(e.is_final for e in events) == 1 and events[-1].is_final
+    assert kinds(events).count("started") == 1 and kinds(events).count("tool_started") == 1
+
+
+async def test_a_turn_whose_replica_dies_in_the_tool_loop_resumes_and_shows_everything_once() -> None:
+    class DyingTools(Tools):
+        async def execute_tool(self, request: Any) -> Any:
+            raise Crash
+
+    harness = Harness(Models(answer_with_tool), tools=DyingTools())
+    request = ChatRequested(
+        turn_id="t-crash",
+        session_id="s1",
+        message="How many days of leave do I get?",
+        knowledge_base_ids=["kb-1"],
+    )
+    with bound_identity(CALLER), pytest.raises(Crash):
+        await harness.runner.run(request)
+    assert kinds(harness.events) == ["started", "intent", "tool_started"]
+
+    tools = Tools()
+    with bound_identity(CALLER):
+        result = await restarted(harness, Models(answer_with_tool), tools).run(request, redelivered=True)
+    events = harness.events
+    shown_once(events)
+    assert result.final is events[-1] and events[-1].kind is TurnEventKind.COMPLETED
+    assert events[-1].text == "Employees get 25 days of leave [[c1]]. Also 3 sick days ."
+    assert [c.handle for c in events[-1].citations] == ["c1"]
+    assert len(tools.executed) == 1  # the tool ran again on the new replica, the model did not start over
+    assert len(harness.completed) == 1
+
+    # Delivered once more (the ack was lost): answered already, nothing is shown or announced again.
+    with bound_identity(CALLER):
+        again = await restarted(harness, Models(answer_with_tool), Tools()).run(request, redelivered=True)
+    assert again.final == events[-1] and len(harness.events) == len(events) and len(harness.completed) == 1
+
+
+async def test_an_answer_cut_mid_stream_is_not_shown_twice_when_the_turn_resumes() -> None:
+    def dying(request: mpb.ChatStreamRequest) -> list[Any]:
+        if request.messages[-1].role == mpb.CHAT_ROLE_TOOL:
+            return [from_text("Employees get 25 days"), Crash()]
+        return answer_with_tool(request)
+
+    harness = Harness(Models(dying))
+    request = ChatRequested(
+        turn_id="t-cut",
+        session_id="s1",
+        message="How many days of leave do I get?",
+        knowledge_base_ids=["kb-1"],
+    )
+    with bound_identity(CALLER), pytest.raises(Crash):
+        await harness.runner.run(request)
+    with bound_identity(CALLER):
+        await restarted(harness, Models(answer_with_tool), Tools()).run(request, redelivered=True)
+    events = harness.events
+    shown_once(events)
+    streamed = "".join(e.text or "" for e in events if e.kind is TurnEventKind.TEXT_DELTA)
+    assert streamed == events[-1].text == "Employees get 25 days of leave [[c1]]. Also 3 sick days ."
+
+
+async def test_a_second_turn_of_a_busy_session_waits_for_the_first() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(request: mpb.ChatStreamRequest) -> Any:
+        started.set()
+        await release.wait()
+        for event in text("done"):
+            yield event
+
+    models = Models(lambda r: [], intent="B")
+    models.chat_stream = slow  # type: ignore[method-assign,assignment]
+    harness = Harness(models)
+    first = ChatRequested(turn_id="t-a", session_id="same", message="one")
+    second = ChatRequested(turn_id="t-b", session_id="same", message="two")
+    with bound_identity(CALLER):
+        running = asyncio.create_task(harness.runner.run(first))
+        await started.wait()
+        waiting = await harness.runner.run(second)
+        release.set()
+        done = await running
+        after = await harness.runner.run(second)
+    assert waiting.outcome is Outcome.BUSY and waiting.final is None
+    assert done.outcome is Outcome.ANSWERED and after.outcome is Outcome.ANSWERED
+    assert [e.turn_id for e in harness.events if e.is_final] == ["t-a", "t-b"]

@@ -20,6 +20,7 @@ from knowsphere_contracts.events import MAX_SESSION_ID_CHARS, ChatRequested, Cha
 from knowsphere_gateway.api.bus import CHAT_EVENTS, GatewayBus, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import require_identity
+from knowsphere_runtime.streams import CHAT_REQUESTS
 
 Script = Callable[[ChatRequested], list[ChatTurnEvent]]
 
@@ -50,7 +51,7 @@ async def bus_with_conversation(
     tenants: list[str] = []
     if script is not None:
 
-        @broker.subscriber(ChatRequested.subject)
+        @broker.subscriber(ChatRequested.subject, stream=CHAT_REQUESTS)
         async def conversation(request: ChatRequested) -> None:
             tenants.append(require_identity().tenant_id)
             for event in script(request):

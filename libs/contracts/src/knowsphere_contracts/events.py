@@ -45,8 +45,16 @@ class Event(BaseModel):
 # --- chat -----------------------------------------------------------------------------------
 
 
+CHAT_REQUESTS_STREAM = "KS_CHAT_REQUESTS"
+"""JetStream work queue of :class:`ChatRequested`: a turn stays in it until a conversation replica has
+answered it (acknowledged), so a replica that dies mid-turn leaves it to be redelivered."""
+CHAT_EVENTS_STREAM = "KS_CHAT_EVENTS"
+"""JetStream stream keeping every :class:`ChatTurnEvent` for a while, so a client that reconnects
+resumes from the last sequence it saw."""
+
+
 class ChatRequested(Event):
-    """A user asked a question; one conversation instance (queue group) takes the turn."""
+    """A user asked a question; one conversation replica takes the turn from the work queue."""
 
     subject: ClassVar[str] = "ks.chat.request.v1"
     turn_id: str = Field(min_length=1, max_length=64)

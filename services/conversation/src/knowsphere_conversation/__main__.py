@@ -10,6 +10,7 @@ from knowsphere_clients import (
 from knowsphere_conversation import SERVICE_NAME
 from knowsphere_conversation.adapters.checkpoints import CheckpointStore
 from knowsphere_conversation.adapters.memory import MemoryContext
+from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases, StreamEventLog
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
 from knowsphere_conversation.api.grpc import build_binding
@@ -48,7 +49,7 @@ def main() -> None:
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
-        bus = build_bus(settings.max_concurrent_turns)
+        bus = build_bus(settings.max_concurrent_turns, settings.turn_ack_wait_seconds)
         broker.include_router(bus.router)
         checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
         runner = TurnRunner(
@@ -60,6 +61,11 @@ def main() -> None:
             publish=bus.publish_turn_event,
             publish_completed=bus.publish_completed,
             limits=limits(settings),
+            leases=KvSessionLeases(
+                lambda: broker.key_value(LEASE_BUCKET, ttl=settings.turn_ack_wait_seconds),
+                ttl=settings.turn_ack_wait_seconds,
+            ),
+            event_log=StreamEventLog(lambda: broker.config.connection_state.stream),
         )
         broker.context.set_global(TURN_RUNNER, runner)
         server = GrpcServer(

@@ -20,6 +20,12 @@ class Settings(ServiceSettings):
         default="",
         description="PostgreSQL URL of the checkpoints (postgresql://…); empty: SQLite in the data dir",
     )
+    turn_ack_wait_seconds: float = Field(
+        default=30.0,
+        ge=3.0,
+        le=600.0,
+        description="a turn whose replica stops reporting progress this long is delivered again",
+    )
     max_concurrent_turns: int = Field(default=16, ge=1, le=1024, description="turns one replica runs at once")
     stm_keep_turns: int = Field(
         default=8, ge=0, le=100, description="finished turns sent verbatim to the model"

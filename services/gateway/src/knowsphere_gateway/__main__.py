@@ -5,7 +5,7 @@ from functools import partial
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient, service_channel
-from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
 from knowsphere_gateway.api.bus import CHAT_EVENTS, build_bus
@@ -16,6 +16,7 @@ from knowsphere_runtime.identity import Identity
 from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
 from knowsphere_runtime.rpc import GrpcServer, check_health, open_channel
 from knowsphere_runtime.settings import load_settings
+from knowsphere_runtime.streams import read_subject
 
 
 def main() -> None:
@@ -54,6 +55,11 @@ def main() -> None:
                 modelhub=ModelHubClient(channels["modelhub"]),
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
+                stored_turn_events=lambda turn_id: read_subject(
+                    broker.config.connection_state.stream,
+                    CHAT_EVENTS_STREAM,
+                    ChatTurnEvent.subject_for(turn_id),
+                ),
             )
         )
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")

@@ -1,37 +1,47 @@
 """The conversation service on the NATS bus: it takes chat requests and publishes each turn's events.
 
-Chat requests are taken by one instance of the queue group :data:`CHAT_QUEUE_GROUP`, so instances share
-the work, and each instance runs up to ``max_concurrent_turns`` of them at once; the handler runs the
-turn with the :class:`~knowsphere_conversation.domain.turns.TurnRunner` found in FastStream's context
-under :data:`TURN_RUNNER`, which publishes the turn's events through :attr:`ConversationBus.turn_events`
-on ``ks.chat.events.v1.<turn_id>`` and its completion on the JetStream stream
-:data:`~knowsphere_contracts.events.TURN_COMPLETED_STREAM` (deduplicated by turn id). ``make asyncapi``
-documents these from :func:`build_bus`.
+Chat requests wait in the JetStream work queue ``KS_CHAT_REQUESTS``; every replica pulls from the one
+durable consumer :data:`CHAT_CONSUMER`, so replicas share the work, and each runs up to
+``max_concurrent_turns`` turns at once (back-pressure is the queue, not memory). A turn is acknowledged
+only once it has ended; while it runs the replica tells JetStream it is still working on it, so a turn
+whose replica dies is delivered again after ``ack_wait`` seconds and resumes from its checkpoint. A turn
+of a session that is busy with another turn goes back to the queue for a moment.
+
+The handler runs the turn with the :class:`~knowsphere_conversation.domain.turns.TurnRunner` found in
+FastStream's context under :data:`TURN_RUNNER`, which publishes the turn's events on
+``ks.chat.events.v1.<turn_id>`` into ``KS_CHAT_EVENTS`` (kept for a reconnecting client; deduplicated by
+turn and sequence) and its completion into ``KS_CONVERSATION_TURNS`` (deduplicated by turn id).
+``make asyncapi`` documents these from :func:`build_bus`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
 import structlog
-from faststream import Context
-from faststream.nats import JStream, NatsRouter
+from faststream import AckPolicy, Context
+from faststream.nats import ConsumerConfig, NatsRouter, PullSub
+from faststream.nats.annotations import NatsMessage
 from faststream.nats.publisher.usecase import LogicPublisher
 from opentelemetry import trace
 
-from knowsphere_contracts.events import TURN_COMPLETED_STREAM, ChatRequested, ChatTurnEvent, TurnCompleted
-from knowsphere_conversation.domain.turns import TurnRunner
+from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCompleted
+from knowsphere_conversation.domain.turns import Outcome, TurnRunner
+from knowsphere_runtime.streams import CHAT_EVENTS, CHAT_REQUESTS, MSG_ID_HEADER, TURN_COMPLETED
 from knowsphere_telemetry import attributes
 
 log = structlog.get_logger(__name__)
 
-CHAT_QUEUE_GROUP = "conversation"
-"""Every conversation instance reads chat requests in this queue group: each request goes to one."""
+CHAT_CONSUMER = "conversation"
+"""The durable consumer of the chat work queue that every replica pulls from."""
 TURN_RUNNER = "turn_runner"
 """Context name of the service's ``TurnRunner``."""
-TURN_COMPLETED = JStream(TURN_COMPLETED_STREAM, subjects=[TurnCompleted.subject], declare=True)
-"""The stream completions are kept in (memory reads it with a durable consumer)."""
+BUSY_SESSION_RETRY_SECONDS = 0.5
+"""How soon a turn of a busy session is delivered again."""
 
 Runner = Annotated[TurnRunner, Context(TURN_RUNNER)]
 
@@ -45,18 +55,40 @@ class ConversationBus:
 
     async def publish_turn_event(self, event: ChatTurnEvent) -> None:
         await self.turn_events.publish(
-            event.model_dump(mode="json"), subject=ChatTurnEvent.subject_for(event.turn_id)
+            event.model_dump(mode="json"),
+            subject=ChatTurnEvent.subject_for(event.turn_id),
+            headers={MSG_ID_HEADER: f"{event.turn_id}:{event.sequence}"},
         )
 
     async def publish_completed(self, event: TurnCompleted) -> None:
         # The turn id as the message id: JetStream drops a second announcement of the same turn.
-        await self.completions.publish(event.model_dump(mode="json"), headers={"Nats-Msg-Id": event.turn_id})
+        await self.completions.publish(event.model_dump(mode="json"), headers={MSG_ID_HEADER: event.turn_id})
 
 
-def build_bus(max_concurrent_turns: int = 1) -> ConversationBus:
+@contextlib.asynccontextmanager
+async def working_on(message: NatsMessage, every: float) -> AsyncIterator[None]:
+    """Tells JetStream every ``every`` seconds that the turn is still being worked on."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            with contextlib.suppress(Exception):
+                await message.in_progress()
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def build_bus(max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0) -> ConversationBus:
     router = NatsRouter()
     turn_events = router.publisher(
         ChatTurnEvent.subject + ".{turn_id}",
+        stream=CHAT_EVENTS,
         schema=ChatTurnEvent,
         title="conversation:turn-events",
         description="Events of one turn; ends with exactly one completed or error event.",
@@ -71,23 +103,39 @@ def build_bus(max_concurrent_turns: int = 1) -> ConversationBus:
 
     @router.subscriber(
         ChatRequested.subject,
-        queue=CHAT_QUEUE_GROUP,
+        stream=CHAT_REQUESTS,
+        durable=CHAT_CONSUMER,
+        pull_sub=PullSub(batch_size=1, timeout=5.0),
         max_workers=max_concurrent_turns,
+        config=ConsumerConfig(ack_wait=ack_wait_seconds, max_ack_pending=-1),
+        ack_policy=AckPolicy.MANUAL,
         title="conversation:chat-request",
         description="Runs one chat turn and publishes its events on ks.chat.events.v1.<turn_id>.",
     )
-    async def on_chat_request(request: ChatRequested, runner: Runner) -> None:
+    async def on_chat_request(request: ChatRequested, message: NatsMessage, runner: Runner) -> None:
         span = trace.get_current_span()
         span.set_attribute(attributes.TURN_ID, request.turn_id)
         span.set_attribute(attributes.KNOWLEDGE_BASE_IDS, request.knowledge_base_ids)
         if request.session_id:
             span.set_attribute(attributes.SESSION_ID, request.session_id)
-        final = await runner.run(request)
-        if final.error_code:
+        delivered = message.raw_message.metadata.num_delivered
+        async with working_on(message, ack_wait_seconds / 3):
+            result = await runner.run(request, redelivered=delivered > 1)
+        if result.outcome is Outcome.BUSY:
+            await message.nack(delay=BUSY_SESSION_RETRY_SECONDS)
+            return
+        await message.ack()
+        final = result.final
+        if final is not None and final.error_code:
             span.set_attribute(attributes.ERROR_CODE, final.error_code)
-        log.info("turn finished", turn_id=request.turn_id, kind=final.kind, error_code=final.error_code)
+        log.info(
+            "turn finished",
+            turn_id=request.turn_id,
+            delivery=delivered,
+            error_code=final and final.error_code,
+        )
 
     return ConversationBus(router, turn_events, completions)
 
 
-__all__ = ["CHAT_QUEUE_GROUP", "TURN_RUNNER", "ConversationBus", "build_bus"]
+__all__ = ["CHAT_CONSUMER", "TURN_RUNNER", "ConversationBus", "build_bus"]

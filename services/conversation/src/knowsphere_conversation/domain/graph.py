@@ -138,7 +138,6 @@ class TurnRuntime:
     text: list[str] = field(default_factory=list)
     removed_citations: int = 0
     cited: list[str] = field(default_factory=list)
-    answer_kind: AnswerKind = AnswerKind.GENERATED
     usage: dict[str, int] = field(default_factory=dict)
 
 
@@ -156,6 +155,7 @@ class TurnState(TypedDict, total=False):
     sources: list[dict[str, Any]]
     """This turn's sources (Citation fields), in handle order."""
     tool_rounds: int
+    answer_kind: str
 
 
 def _runtime(config: RunnableConfig) -> TurnRuntime:
@@ -172,7 +172,15 @@ def _new_id() -> str:
 
 async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     """This turn's question; the previous turn's intent, rewrite and sources are cleared."""
-    return {"rewritten": "", "intent": "", "route": "", "sources": [], "tool_rounds": 0, "no_model": False}
+    return {
+        "rewritten": "",
+        "intent": "",
+        "route": "",
+        "sources": [],
+        "tool_rounds": 0,
+        "no_model": False,
+        "answer_kind": AnswerKind.GENERATED.value,
+    }
 
 
 async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -523,12 +531,8 @@ async def _fixed_answer(turn: TurnRuntime, state: TurnState, texts: dict[str, st
     text = texts[prompts.reply_language(turn.language, state["question"])]
     turn.text.append(text)
     await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
-    turn.answer_kind = AnswerKind.FIXED
-    return {
-        "messages": [
-            Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
-        ]
-    }
+    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+    return {"messages": [message], "answer_kind": AnswerKind.FIXED.value}
 
 
 async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -567,9 +571,8 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     turn.cited.extend(cited)
     turn.text.append(text)
     await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
-    turn.answer_kind = AnswerKind.EXTRACTED
     message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
-    return {"messages": [message], "sources": sources}
+    return {"messages": [message], "sources": sources, "answer_kind": AnswerKind.EXTRACTED.value}
 
 
 def _cite(text: str, sources: Sequence[dict[str, Any]]) -> tuple[str, int, list[str]]:

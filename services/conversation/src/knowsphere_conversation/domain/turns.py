@@ -1,22 +1,33 @@
 """One chat turn, from request to its final event.
 
 The turn runs the conversation graph (:mod:`~knowsphere_conversation.domain.graph`) on the session's
-checkpoint thread and streams its events. Every turn ends with exactly one final event, whatever fails
-on the way: a request without the caller's identity gives :data:`IDENTITY_REQUIRED` (every peer call
-acts as that caller), a model failure modelhub's friendly code and message, a peer that cannot serve
-its own code, any other failure the generic :data:`TURN_FAILED`. A turn that completes also announces
-the documents its answer cited (:class:`~knowsphere_contracts.events.TurnCompleted`), once.
+checkpoint thread and streams its events. A turn delivered again (its replica died) resumes from its
+last checkpoint and shows the client nothing twice
+(:class:`~knowsphere_conversation.domain.replay.Replay`); a turn already answered is not answered again.
+One session runs one turn at a time, across replicas (:class:`SessionLeases`): a turn of a busy session
+waits in the queue.
+
+Every turn ends with exactly one final event, whatever fails on the way: a request without the caller's
+identity gives :data:`IDENTITY_REQUIRED` (every peer call acts as that caller), a model failure
+modelhub's friendly code and message, a peer that cannot serve its own code, any other failure the
+generic :data:`TURN_FAILED`. A turn that completes also announces the documents its answer cited
+(:class:`~knowsphere_contracts.events.TurnCompleted`), once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import structlog
 from opentelemetry import trace
 
 from knowsphere_contracts.events import (
+    AnswerKind,
     ChatRequested,
     ChatTurnEvent,
     Citation,
@@ -35,6 +46,7 @@ from knowsphere_conversation.domain.graph import (
     TurnRuntime,
 )
 from knowsphere_conversation.domain.layout import Message
+from knowsphere_conversation.domain.replay import Replay
 from knowsphere_runtime.identity import IdentityError, require_identity
 from knowsphere_telemetry import attributes
 
@@ -52,6 +64,52 @@ class CapabilityUnavailable(Exception):
 
 Publish = Callable[[ChatTurnEvent], Awaitable[None]]
 PublishCompleted = Callable[[TurnCompleted], Awaitable[None]]
+
+
+class SessionLeases(Protocol):
+    """One turn at a time per session, across replicas: ``hold`` yields False when another turn of
+    the session holds it (and keeps the lease alive while the body runs when it yields True)."""
+
+    def hold(self, key: str) -> contextlib.AbstractAsyncContextManager[bool]: ...
+
+
+class EventLog(Protocol):
+    """The events a turn has published so far (read when a turn is delivered again)."""
+
+    async def read(self, turn_id: str) -> Sequence[ChatTurnEvent]: ...
+
+
+class NoLeases:
+    """Leases for a single replica without a bus (tests, tools): one lock per session in-process."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[bool]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        if lock.locked():
+            yield False
+            return
+        async with lock:
+            yield True
+
+
+class Outcome(enum.Enum):
+    """What became of one delivery of a turn."""
+
+    ANSWERED = "answered"
+    """The turn ended with its final event (now or on an earlier delivery)."""
+    BUSY = "busy"
+    """Another turn of the session is running: deliver this one again later."""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    outcome: Outcome
+    final: ChatTurnEvent | None = None
+    """The turn's final event (None while the turn waits for its session)."""
+
 
 IDENTITY_REQUIRED = "identity_required"
 TURN_FAILED = "turn_failed"
@@ -74,6 +132,8 @@ class TurnRunner:
         publish_completed: PublishCompleted,
         limits: TurnLimits,
         agent: AgentConfig | None = None,
+        leases: SessionLeases | None = None,
+        event_log: EventLog | None = None,
     ) -> None:
         self._graph = graph
         self._models = models
@@ -84,23 +144,60 @@ class TurnRunner:
         self._publish_completed = publish_completed
         self._limits = limits
         self._agent = agent or AgentConfig()
+        self._leases = leases or NoLeases()
+        self._event_log = event_log
 
-    async def run(self, request: ChatRequested) -> ChatTurnEvent:
-        """Publishes the turn's events and returns its final one."""
-        sequence = 0
+    async def run(self, request: ChatRequested, *, redelivered: bool = False) -> TurnResult:
+        """Runs the turn (or resumes it when ``redelivered``)."""
+        previous = await self._event_log.read(request.turn_id) if redelivered and self._event_log else ()
+        if any(e.is_final for e in previous):
+            return TurnResult(Outcome.ANSWERED, next(e for e in previous if e.is_final))
+        try:
+            identity = require_identity()
+        except IdentityError as error:
+            emit = self._emitter(request, Replay(previous))
+            final = await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
+            return TurnResult(Outcome.ANSWERED, final)
+        # A session's checkpoint thread belongs to its tenant and user: another caller's session id
+        # names another thread.
+        thread = f"{identity.tenant_id}/{identity.user_id}/{request.session_id or request.turn_id}"
+        async with self._leases.hold(thread) as held:
+            if not held:
+                return TurnResult(Outcome.BUSY)
+            return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous))
+
+    def _emitter(self, request: ChatRequested, replay: Replay) -> Callable[..., Awaitable[ChatTurnEvent]]:
+        sequence = replay.next_sequence
 
         async def emit(kind: TurnEventKind, **fields: Any) -> ChatTurnEvent:
             nonlocal sequence
-            event = ChatTurnEvent(turn_id=request.turn_id, sequence=sequence, kind=kind, **fields)
+            admitted = replay.admit(kind, fields)
+            event = ChatTurnEvent(
+                turn_id=request.turn_id, sequence=sequence, kind=kind, **(admitted or fields)
+            )
+            if admitted is None:
+                return event  # shown before the turn was delivered again
             await self._publish(event)
             sequence += 1  # only once delivered: the reader's sequence check stays meaningful
             return event
 
-        try:
-            identity = require_identity()
-        except IdentityError as error:
-            return await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
+        return emit
+
+    async def _run(
+        self, request: ChatRequested, thread: str, previous: Sequence[ChatTurnEvent]
+    ) -> ChatTurnEvent:
         span = trace.get_current_span()
+        graph = self._graph()
+        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+        saved = await graph.aget_state(config)
+        values = saved.values if saved else {}
+        resuming = values.get("turn_id") == request.turn_id
+        kept = [
+            m["content"]
+            for m in values.get("messages", [])
+            if resuming and m["turn_id"] == request.turn_id and m["role"] == "assistant"
+        ]
+        emit = self._emitter(request, Replay(previous, "".join(kept)))
         runtime = TurnRuntime(
             models=self._models,
             tools=self._tools,
@@ -114,19 +211,24 @@ class TurnRunner:
             web_search=request.web_search,
             knowledge_graph=request.knowledge_graph,
             language=request.language,
+            text=kept,
         )
-        # A session's checkpoint thread belongs to its tenant and user: another caller's session id
-        # names another thread.
-        thread = f"{identity.tenant_id}/{identity.user_id}/{request.session_id or request.turn_id}"
+        config["configurable"]["turn"] = runtime
         question = Message(
             id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=request.message
         )
         try:
             await emit(TurnEventKind.STARTED)
-            state = await self._graph().ainvoke(
-                {"messages": [question], "turn_id": request.turn_id, "question": request.message},
-                config={"configurable": {"thread_id": thread, "turn": runtime}},
-            )
+            if not resuming:
+                state = await graph.ainvoke(
+                    {"messages": [question], "turn_id": request.turn_id, "question": request.message}, config
+                )
+            elif saved.next:
+                span.add_event("turn resumed", {"node": ",".join(saved.next)})
+                log.info("turn resumed from its checkpoint", turn_id=request.turn_id, next=list(saved.next))
+                state = await graph.ainvoke(None, config)
+            else:
+                state = values  # the graph had finished; only the final event was missing
         except TurnError as error:
             span.set_attribute(attributes.ERROR_CODE, error.code)
             return await emit(TurnEventKind.ERROR, error_code=error.code, error_message=error.message)
@@ -135,16 +237,18 @@ class TurnRunner:
         except Exception:
             log.exception("turn failed", turn_id=request.turn_id)
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
+        text = "".join(runtime.text)
         sources = [Citation(**s) for s in state.get("sources", [])]
-        cited = [s for s in sources if s.handle in runtime.cited]
-        span.set_attribute(attributes.ANSWER_KIND, runtime.answer_kind.value)
+        cited = [s for s in sources if f"[[{s.handle}]]" in text]
+        answer_kind = AnswerKind(state.get("answer_kind") or AnswerKind.GENERATED)
+        span.set_attribute(attributes.ANSWER_KIND, answer_kind.value)
         span.set_attribute(attributes.CITATIONS_REMOVED, runtime.removed_citations)
         span.set_attribute(attributes.SOURCES_COUNT, len(sources))
         final = await emit(
             TurnEventKind.COMPLETED,
-            text="".join(runtime.text),
+            text=text,
             citations=cited,
-            answer_kind=runtime.answer_kind,
+            answer_kind=answer_kind,
             removed_citations=runtime.removed_citations,
         )
         await self._announce(request, cited, runtime)
@@ -178,4 +282,14 @@ class TurnRunner:
             log.exception("turn completion not announced", turn_id=request.turn_id)
 
 
-__all__ = ["IDENTITY_REQUIRED", "TURN_FAILED", "CapabilityUnavailable", "TurnRunner"]
+__all__ = [
+    "IDENTITY_REQUIRED",
+    "TURN_FAILED",
+    "CapabilityUnavailable",
+    "EventLog",
+    "NoLeases",
+    "Outcome",
+    "SessionLeases",
+    "TurnResult",
+    "TurnRunner",
+]

@@ -18,6 +18,7 @@ from faststream.nats.publisher.usecase import LogicPublisher
 
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent
 from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.streams import CHAT_REQUESTS, MSG_ID_HEADER
 
 CHAT_EVENTS = "chat_events"
 """Context name of the gateway's ``Fanout[ChatTurnEvent]``."""
@@ -31,19 +32,24 @@ ChatEvents = Annotated[Fanout[ChatTurnEvent], Context(CHAT_EVENTS)]
 class GatewayBus:
     router: NatsRouter
     chat_requests: LogicPublisher
-    """Publishes a ``ChatRequested`` for the conversation service's queue group."""
+    """Puts a ``ChatRequested`` into the chat work queue, where one conversation replica takes it."""
 
     async def request_turn(self, request: ChatRequested) -> None:
-        await self.chat_requests.publish(request.model_dump(mode="json"))
+        # Stored once even when a retried publish sends it twice: the turn id is the message id.
+        await self.chat_requests.publish(
+            request.model_dump(mode="json"), headers={MSG_ID_HEADER: request.turn_id}
+        )
 
 
 def build_bus() -> GatewayBus:
     router = NatsRouter()
     chat_requests = router.publisher(
         ChatRequested.subject,
+        stream=CHAT_REQUESTS,
         schema=ChatRequested,
         title="gateway:chat-request",
-        description="A user's question from POST /api/v1/chat/turns; one conversation instance takes it.",
+        description="A user's question from POST /api/v1/chat/turns, queued until a conversation replica "
+        "answers it.",
     )
 
     @router.subscriber(

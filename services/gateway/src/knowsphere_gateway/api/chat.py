@@ -2,18 +2,23 @@
 
 A request becomes a ``ChatRequested`` on the bus; the turn's events come back through the gateway's
 one subscriber of turn events (``bus``), and the request watches its turn id on that fan-out. Each
-event is streamed as it comes; the stream ends with the turn's final event (``completed`` or
-``error``), when no event arrives within the turn timeout (an ``error`` event ``turn_timeout``), or
-when the client goes away.
+event is streamed as it comes, with its sequence as the SSE id; the stream ends with the turn's final
+event (``completed`` or ``error``), when no event arrives within the turn timeout (an ``error`` event
+``turn_timeout``), or when the client goes away.
+
+A client whose connection dropped resumes with ``GET /api/v1/chat/turns/{turn_id}/events`` and the
+last sequence it saw (the SSE ``Last-Event-ID`` header, or ``after``): the events kept in the
+``KS_CHAT_EVENTS`` stream after that one, then the live ones, each once. Only the turn's own asker can
+read them; for anyone else the turn does not exist (404).
 """
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import Field
 
@@ -27,8 +32,12 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.errors import HttpError
 from knowsphere_gateway.api.protojson import RequestBody
 from knowsphere_runtime.bus import Fanout
+
+StoredEvents = Callable[[str], Awaitable[list[tuple[bytes, dict[str, str]]]]]
+"""The events kept for a turn id, oldest first, as (JSON, headers)."""
 
 log = structlog.get_logger(__name__)
 
@@ -52,15 +61,81 @@ def _sse(event: ChatTurnEvent) -> ServerSentEvent:
     return ServerSentEvent(event=event.kind.value, id=str(event.sequence), data=event.model_dump(mode="json"))
 
 
+def _timeout_event(turn_id: str, sequence: int, seconds: float) -> ChatTurnEvent:
+    return ChatTurnEvent(
+        turn_id=turn_id,
+        sequence=sequence,
+        kind=TurnEventKind.ERROR,
+        error_code=TURN_TIMEOUT_CODE,
+        error_message=f"no answer within {seconds:.0f} s; is the conversation service running?",
+    )
+
+
 def build_chat_router(
     bus: GatewayBus,
     events: Fanout[ChatTurnEvent],
     caller: Callable[..., Caller],
     turn_timeout_seconds: float,
+    stored_events: StoredEvents | None = None,
 ) -> APIRouter:
     """``events`` is fed by the bus's subscriber of turn events; ``turn_timeout_seconds`` is the longest
-    wait for a turn's next event."""
+    wait for a turn's next event; ``stored_events`` reads what the events stream keeps of a turn."""
     router = APIRouter(prefix="/api/v1", tags=["chat"])
+
+    async def own_turn(turn_id: str, who: Annotated[Caller, Depends(caller)]) -> str:
+        # Checked before the stream starts, so a turn that is not the caller's is a plain 404.
+        if stored_events is None:
+            raise HttpError(501, "not_implemented", "resuming turns needs the events stream (JetStream)")
+        stored = await stored_events(turn_id)
+        owner = stored[0][1] if stored else {}
+        mine = (who.identity.tenant_id, who.identity.user_id)
+        if not stored or (owner.get("ks-tenant-id"), owner.get("ks-user-id")) != mine:
+            raise HttpError(404, "not_found", f"turn {turn_id} not found")
+        return turn_id
+
+    @router.get(
+        "/chat/turns/{turn_id}/events",
+        response_class=EventSourceResponse,
+        responses={
+            200: {"description": "the turn's events after the given sequence, then live ones, to the final"},
+            404: {"description": "no such turn of the caller (or its events have expired)"},
+        },
+    )
+    async def resume_turn(
+        turn_id: Annotated[str, Depends(own_turn)],
+        request: Request,
+        after: Annotated[
+            int | None, Query(ge=-1, description="last sequence seen; -1: from the start")
+        ] = None,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Resume a turn's event stream after a dropped connection, from the last sequence seen."""
+        assert stored_events is not None  # own_turn refused the request otherwise
+        seen = after if after is not None else -1
+        if after is None and last_event_id is not None and last_event_id.isdigit():
+            seen = int(last_event_id)
+        # Watching first, then reading what is stored: an event published in between is not missed.
+        async with events.watch(lambda event: event.turn_id == turn_id) as live:
+            for data, _ in await stored_events(turn_id):
+                event = ChatTurnEvent.model_validate_json(data)
+                if event.sequence > seen:
+                    seen = event.sequence
+                    yield _sse(event)
+                if event.is_final:
+                    return
+            while True:
+                try:
+                    async with asyncio.timeout(turn_timeout_seconds):
+                        event = await anext(live)
+                except TimeoutError:
+                    yield _sse(_timeout_event(turn_id, seen + 1, turn_timeout_seconds))
+                    return
+                if event.sequence <= seen:
+                    continue  # already sent from the stream
+                seen = event.sequence
+                yield _sse(event)
+                if event.is_final or await request.is_disconnected():
+                    return
 
     @router.post(
         "/chat/turns",
@@ -92,16 +167,7 @@ def build_chat_router(
                     async with asyncio.timeout(turn_timeout_seconds):
                         event = await anext(turn)
                 except TimeoutError:
-                    yield _sse(
-                        ChatTurnEvent(
-                            turn_id=turn_id,
-                            sequence=expected,
-                            kind=TurnEventKind.ERROR,
-                            error_code=TURN_TIMEOUT_CODE,
-                            error_message=f"no answer within {turn_timeout_seconds:.0f} s; "
-                            "is the conversation service running?",
-                        )
-                    )
+                    yield _sse(_timeout_event(turn_id, expected, turn_timeout_seconds))
                     return
                 if event.sequence != expected:
                     log.warning(

@@ -15,7 +15,7 @@ from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import caller_dependency
-from knowsphere_gateway.api.chat import build_chat_router
+from knowsphere_gateway.api.chat import StoredEvents, build_chat_router
 from knowsphere_gateway.api.errors import install_error_handlers
 from knowsphere_gateway.api.knowledge import build_knowledge_router, knowledge_base_exists
 from knowsphere_gateway.api.models import build_models_router
@@ -42,6 +42,7 @@ class GatewayContext:
     modelhub: ModelHubClient
     retrieval: RetrievalClient
     ingestion: IngestionClient
+    stored_turn_events: StoredEvents | None = None
 
 
 class HealthReport(BaseModel):
@@ -60,7 +61,9 @@ def create_app(ctx: GatewayContext) -> FastAPI:
     caller = caller_dependency(ctx.default_identity, ctx.trust_identity_headers)
     kb_exists = knowledge_base_exists(ctx.ingestion, caller)
 
-    app.include_router(build_chat_router(ctx.bus, ctx.chat_events, caller, ctx.chat_turn_timeout))
+    app.include_router(
+        build_chat_router(ctx.bus, ctx.chat_events, caller, ctx.chat_turn_timeout, ctx.stored_turn_events)
+    )
     app.include_router(build_models_router(ctx.modelhub, caller))
     app.include_router(build_search_router(ctx.retrieval, caller))
     app.include_router(build_knowledge_router(ctx.ingestion, caller))

@@ -1,0 +1,85 @@
+"""The JetStream streams of the platform, declared the same way by every service that touches them.
+
+A stream is declared (created, or updated to this configuration) by the services that publish to or
+consume from it when their broker starts; the configuration lives here once. Which events go where is
+in :mod:`knowsphere_contracts.events` (the stream names and subjects).
+"""
+
+from __future__ import annotations
+
+from faststream.nats import DeliverPolicy, JStream, RetentionPolicy
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from knowsphere_contracts.events import (
+    CHAT_EVENTS_STREAM,
+    CHAT_REQUESTS_STREAM,
+    TURN_COMPLETED_STREAM,
+    ChatRequested,
+    ChatTurnEvent,
+    TurnCompleted,
+)
+
+DUPLICATE_WINDOW_SECONDS = 120.0
+"""A message published again with the same ``Nats-Msg-Id`` within this window is stored once."""
+CHAT_EVENTS_MAX_AGE_SECONDS = 3600.0
+"""How long a turn's events stay readable for a client that reconnects."""
+
+CHAT_REQUESTS = JStream(
+    CHAT_REQUESTS_STREAM,
+    subjects=[ChatRequested.subject],
+    retention=RetentionPolicy.WORK_QUEUE,
+    duplicate_window=DUPLICATE_WINDOW_SECONDS,
+)
+"""Turns waiting for, or being answered by, a conversation replica (removed once acknowledged)."""
+
+CHAT_EVENTS = JStream(
+    CHAT_EVENTS_STREAM,
+    subjects=[ChatTurnEvent.subject + ".>"],
+    max_age=CHAT_EVENTS_MAX_AGE_SECONDS,
+    duplicate_window=DUPLICATE_WINDOW_SECONDS,
+)
+"""Every turn's events, one subject per turn, kept for :data:`CHAT_EVENTS_MAX_AGE_SECONDS`."""
+
+TURN_COMPLETED = JStream(
+    TURN_COMPLETED_STREAM,
+    subjects=[TurnCompleted.subject],
+    duplicate_window=DUPLICATE_WINDOW_SECONDS,
+)
+"""Finished turns with the documents they cited (memory's document affinity reads it)."""
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+"""The header JetStream deduplicates by."""
+
+__all__ = [
+    "CHAT_EVENTS",
+    "CHAT_EVENTS_MAX_AGE_SECONDS",
+    "CHAT_REQUESTS",
+    "DUPLICATE_WINDOW_SECONDS",
+    "MSG_ID_HEADER",
+    "TURN_COMPLETED",
+    "read_subject",
+]
+
+
+async def read_subject(
+    js: JetStreamContext, stream: str, subject: str, *, timeout: float = 2.0
+) -> list[tuple[bytes, dict[str, str]]]:
+    """Every message stored on ``subject`` of ``stream`` right now, oldest first, as (data, headers);
+    empty when there is none."""
+    try:
+        await js.get_last_msg(stream, subject)
+    except NotFoundError:
+        return []
+    subscription = await js.subscribe(
+        subject, stream=stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    found: list[tuple[bytes, dict[str, str]]] = []
+    try:
+        while True:
+            message = await subscription.next_msg(timeout=timeout)
+            found.append((message.data, dict(message.headers or {})))
+            if message.metadata.num_pending == 0:
+                return found
+    finally:
+        await subscription.unsubscribe()
