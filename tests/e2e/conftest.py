@@ -34,6 +34,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Itera
             "OTEL_BSP_SCHEDULE_DELAY": "200",
             # A killed ingestion worker's stage moves to another attempt after 5 s, not 30.
             "KS_INGESTION_ACTIVITY_HEARTBEAT_SECONDS": "5",
+            # Tests that need a tenant of their own (a chat model set as its default) name it in
+            # identity headers; requests without them stay the default tenant.
+            "KS_GATEWAY_TRUST_IDENTITY_HEADERS": "true",
         },
     )
     with Stack(config) as running:

@@ -102,7 +102,8 @@ class Tools:
             )
         n = len(request.context.sources) + 1
         source = tpb.Source(
-            handle=f"c{n}",
+            label=f"c{n}",
+            handle=f"h-{n}",
             index=n,
             kind=tpb.SOURCE_KIND_CHUNK,
             chunk_id=f"chunk-{n}",

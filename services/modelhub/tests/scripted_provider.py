@@ -92,6 +92,60 @@ def openai_text_stream(pieces: Iterable[str], *, model: str = "gpt-4o-mini", fin
     return Reply.sse_data(chunks)
 
 
+def openai_tool_call_stream(
+    name: str, arguments: dict[str, Any], *, call_id: str = "call_scripted", model: str = "gpt-4o-mini"
+) -> Reply:
+    """An OpenAI chat stream that calls one tool, its arguments split over two deltas."""
+    base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+    raw = json.dumps(arguments, ensure_ascii=False)
+    head = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+    deltas = [
+        {"role": "assistant", "content": None, "tool_calls": [head]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": raw[: len(raw) // 2]}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": raw[len(raw) // 2 :]}}]},
+    ]
+    chunks: list[dict[str, Any]] = [
+        {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return Reply.sse_data(chunks)
+
+
+def openai_logprobs(label: str, *, model: str = "gpt-4o-mini") -> Reply:
+    """A one-token completion whose top logprobs put ``label`` first (what a Decide call reads)."""
+    others = [c for c in "ABCDEFGH" if c != label][:3]
+    top = [{"token": label, "logprob": -0.05, "bytes": list(label.encode())}] + [
+        {"token": c, "logprob": -4.0 - i, "bytes": list(c.encode())} for i, c in enumerate(others)
+    ]
+    return Reply(
+        json={
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": label},
+                    "logprobs": {"content": [{**top[0], "top_logprobs": top}]},
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {"prompt_tokens": 90, "completion_tokens": 1, "total_tokens": 91},
+        }
+    )
+
+
+def openai_decision(label: str, body: dict[str, Any]) -> Reply | None:
+    """The answer to a Decide call naming ``label``, in the shape the call asked for (top logprobs, or
+    a JSON object streamed as text); None when ``body`` is not a Decide call."""
+    if body.get("logprobs"):
+        return openai_logprobs(label)
+    if body.get("response_format"):
+        return openai_text_stream([json.dumps({"label": label})])
+    return None
+
+
 def anthropic_text_stream(text: str, *, model: str = "claude-sonnet-4-5") -> Reply:
     """An Anthropic Messages stream answering ``text`` in one delta (the shape of messages_text.sse)."""
     events = [

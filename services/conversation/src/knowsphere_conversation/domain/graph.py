@@ -56,6 +56,9 @@ PURPOSE_AGENT = "conversation.agent"
 PURPOSE_GENERATE = "conversation.generate"
 PURPOSE_REWRITE = "conversation.rewrite"
 PURPOSE_INTENT = "conversation.intent"
+RETRIEVAL_HANDLE = "retrieval_handle"
+"""Key of a source's retrieval handle in the state (beside the Citation fields)."""
+CITATION_FIELDS = frozenset(Citation.model_fields)
 
 
 class TurnError(Exception):
@@ -199,14 +202,21 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     history = finished_turns(state.get("messages", []), state["turn_id"], turn.limits.keep_turns)
     no_model = False
     rewritten = question
-    try:
-        if history:
+    # Understanding only steers the turn: when the model cannot do it, the question goes on as asked
+    # and the intent comes from the rules. Without any chat model the turn takes the extract path.
+    if history:
+        try:
             rewritten = await _rewrite(turn, history, question, state.get("background", "")) or question
-        intent, method, probability = await _decide_intent(turn, history, rewritten)
-    except ServiceError as error:
-        if not is_model_missing(error):
-            raise model_error(error) from error
-        no_model, intent, method, probability = True, rule_intent(question), "rule", 1.0
+        except ServiceError as error:
+            no_model = is_model_missing(error)
+            log.warning("query rewrite failed; the question is used as asked", error=str(error))
+    intent, method, probability = rule_intent(question), "rule", 1.0
+    if not no_model:
+        try:
+            intent, method, probability = await _decide_intent(turn, history, rewritten)
+        except ServiceError as error:
+            no_model = is_model_missing(error)
+            log.warning("intent decision failed; the rules decide", error=str(error))
     route = route_for(
         intent,
         knowledge_bases=bool(turn.knowledge_base_ids),
@@ -476,8 +486,11 @@ async def _tool_finished(
 
 
 def _to_source(source: dict[str, Any]) -> tpb.Source:
+    label = source["handle"]
     return tpb.Source(
-        handle=source["handle"],
+        label=label,
+        index=int(label[1:]) if label[1:].isdigit() else 0,
+        handle=source.get(RETRIEVAL_HANDLE, ""),
         chunk_id=source.get("chunk_id", ""),
         document_id=source.get("document_id", ""),
         file_name=source.get("file_name", ""),
@@ -485,18 +498,22 @@ def _to_source(source: dict[str, Any]) -> tpb.Source:
         url=source.get("url", ""),
         title=source.get("title", ""),
         snippet=source.get("snippet", ""),
-        index=int(source["handle"][1:]) if source["handle"][1:].isdigit() else 0,
         kind=tpb.SOURCE_KIND_WEB if source.get("url") else tpb.SOURCE_KIND_CHUNK,
     )
 
 
 def _from_source(source: tpb.Source) -> dict[str, Any]:
-    handle = source.handle or (f"c{source.index}" if source.index else "")
+    """A source as the state keeps it: the Citation fields (``handle`` is the cN label the model
+    cites) plus the retrieval handle the tool runner resolves it with."""
     fields = json_format.MessageToDict(source, preserving_proto_field_name=True)
-    known = set(Citation.model_fields)
-    citation = {k: v for k, v in fields.items() if k in known}
-    citation["handle"] = handle
-    return Citation(**citation).model_dump()
+    citation = {k: v for k, v in fields.items() if k in CITATION_FIELDS and k != "handle"}
+    citation["handle"] = source.label or (f"c{source.index}" if source.index else "")
+    return {**Citation(**citation).model_dump(), RETRIEVAL_HANDLE: source.handle}
+
+
+def citation(source: dict[str, Any]) -> Citation:
+    """The Citation of a source kept in the state."""
+    return Citation(**{k: v for k, v in source.items() if k in CITATION_FIELDS})
 
 
 async def collect_sources(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -504,7 +521,7 @@ async def collect_sources(state: TurnState, config: RunnableConfig) -> dict[str,
     turn = _runtime(config)
     sources = state.get("sources", [])
     if sources:
-        await turn.emit(TurnEventKind.SOURCES, citations=[Citation(**s) for s in sources])
+        await turn.emit(TurnEventKind.SOURCES, citations=[citation(s) for s in sources])
     return {}
 
 
@@ -553,6 +570,7 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
             heading_path=list(r.heading_path),
             snippet=r.text[:300],
         ).model_dump()
+        | {RETRIEVAL_HANDLE: r.handle}
         for n, r in enumerate(results, start=1)
     ]
     language = prompts.reply_language(turn.language, state["question"])
@@ -565,7 +583,7 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     if not body:
         return await _fixed_answer(turn, state, prompts.NOTHING_FOUND) | {"sources": []}
     if sources:
-        await turn.emit(TurnEventKind.SOURCES, citations=[Citation(**s) for s in sources])
+        await turn.emit(TurnEventKind.SOURCES, citations=[citation(s) for s in sources])
     text = f"{prompts.ADD_MODEL_HINT[language]}\n\n{body}"
     _, _, cited = _cite(text, sources)
     turn.cited.extend(cited)

@@ -44,6 +44,7 @@ from knowsphere_conversation.domain.graph import (
     TurnError,
     TurnLimits,
     TurnRuntime,
+    citation,
 )
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.replay import Replay
@@ -238,7 +239,7 @@ class TurnRunner:
             log.exception("turn failed", turn_id=request.turn_id)
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
         text = "".join(runtime.text)
-        sources = [Citation(**s) for s in state.get("sources", [])]
+        sources = [citation(s) for s in state.get("sources", [])]
         cited = [s for s in sources if f"[[{s.handle}]]" in text]
         answer_kind = AnswerKind(state.get("answer_kind") or AnswerKind.GENERATED)
         span.set_attribute(attributes.ANSWER_KIND, answer_kind.value)

@@ -1,0 +1,184 @@
+"""Asking questions of a real ingested knowledge base, end to end: gateway → NATS → conversation →
+modelhub / toolrunner / retrieval over gRPC, and the turn's events back as server-sent events.
+
+The chat model is the scripted OpenAI-compatible server (real HTTP on loopback, OpenAI's wire format)
+registered in modelhub as a tenant's default; everything else is the stack `make up` runs. Each test
+uses a tenant of its own (identity headers), so a default model set here reaches no other test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .test_gateway_ingestion import create_kb, events, upload
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
+from scripted_provider import (
+    Recorded,
+    Reply,
+    ScriptedProvider,
+    openai_decision,
+    openai_text_stream,
+    openai_tool_call_stream,
+)
+
+pytestmark = pytest.mark.e2e
+
+HANDBOOK = (
+    "# Employee handbook\n\n"
+    "## Annual leave\n\n"
+    "Every employee gets 27 days of paid annual leave per calendar year. "
+    "Unused leave can be carried over until the end of March.\n\n"
+    "## Expenses\n\n"
+    "Taxi rides are reimbursed only after 22:00 or when carrying equipment.\n"
+).encode()
+TIMEOUT = httpx.Timeout(30.0, read=120.0)
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[ScriptedProvider]:
+    server = ScriptedProvider()
+    server.start()
+    yield server
+    server.stop()
+
+
+def tenant() -> dict[str, str]:
+    return {"x-ks-tenant-id": f"t{uuid.uuid4().hex[:10]}", "x-ks-user-id": "alice"}
+
+
+def client(stack: Any, headers: dict[str, str]) -> httpx.Client:
+    return httpx.Client(base_url=f"{stack.gateway_url}/api/v1", timeout=TIMEOUT, headers=headers)
+
+
+def ready_kb(http: httpx.Client) -> tuple[str, str]:
+    """A knowledge base holding the handbook, once it is ready: (kb id, document id)."""
+    kb = create_kb(http)
+    uploaded = upload(http, kb["id"], "handbook.md", HANDBOOK)
+    assert uploaded.status_code == 201, uploaded.text
+    document = uploaded.json()["document"]
+    with http.stream("GET", f"/documents/{document['id']}/progress") as stream:
+        statuses = [data["status"] for _, data in events(stream)]
+    assert statuses[-1] == "ready", statuses
+    return kb["id"], document["id"]
+
+
+def ask(http: httpx.Client, message: str, **fields: Any) -> list[tuple[str, dict[str, Any]]]:
+    with http.stream("POST", "/chat/turns", json={"message": message, **fields}) as response:
+        assert response.status_code == 200, response.read()
+        turn = list(events(response))
+    assert [data["sequence"] for _, data in turn] == list(range(len(turn)))
+    assert [name for name, _ in turn].count("completed") + [name for name, _ in turn].count("error") == 1
+    return turn
+
+
+def use_scripted_model(http: httpx.Client, server: ScriptedProvider) -> str:
+    created = http.post(
+        "/models",
+        json={
+            "display_name": "scripted chat",
+            "provider_id": "custom",
+            "model_name": "scripted-chat",
+            "types": ["knowledge_qa"],
+            "base_url": f"{server.url}/v1",
+            "api_key": "sk-e2e-scripted-0001",
+        },
+    )
+    assert created.status_code == 201, created.text
+    model_id: str = created.json()["id"]
+    assert http.put("/models/defaults/knowledge_qa", json={"model_id": model_id}).status_code == 200
+    return model_id
+
+
+def test_without_a_chat_model_a_question_gets_the_passage_that_answers_it_cited(stack: Any) -> None:
+    with client(stack, tenant()) as http:
+        kb_id, document_id = ready_kb(http)
+        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+        names = [name for name, _ in turn]
+        assert names[:2] == ["started", "intent"] and names[-1] == "completed", turn
+        final = turn[-1][1]
+        assert final["answer_kind"] == "extracted"
+        assert "27 days of paid annual leave per calendar year. [[c1]]" in final["text"]
+        assert "Taxi" not in final["text"]
+        [cited] = final["citations"]
+        assert cited["handle"] == "c1" and cited["document_id"] == document_id
+        assert cited["file_name"] == "handbook.md" and cited["knowledge_base_id"] == kb_id
+        assert "Annual leave" in cited["heading_path"]
+
+
+def test_a_question_runs_retrieval_through_the_tool_runner_and_cites_the_chunk(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+
+    def model(request: Recorded) -> Reply:
+        body = request.json
+        decision = openai_decision("E", body)  # kb_search
+        if decision is not None:
+            return decision
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return openai_text_stream(["Employees get 27 days", " of paid leave a year [[c1]]", " [[c7]]."])
+        return openai_tool_call_stream("doc_retrieval", {"query": "annual leave days"})
+
+    model_server.respond("/v1/chat/completions", model)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+    names = [name for name, _ in turn]
+    assert names[:5] == ["started", "intent", "tool_started", "tool_finished", "sources"], turn
+    intent = turn[1][1]
+    assert (intent["intent"], intent["route"]) == ("kb_search", "react")
+    finished = turn[3][1]
+    assert finished["tool_name"] == "doc_retrieval" and finished["tool_ok"] is True
+    sources = turn[4][1]["citations"]
+    assert sources[0]["handle"] == "c1" and sources[0]["document_id"] == document_id
+    final = turn[-1][1]
+    assert names[-1] == "completed", final
+    assert final["text"] == "Employees get 27 days of paid leave a year [[c1]] ."
+    assert final["removed_citations"] == 1
+    [cited] = final["citations"]
+    assert cited["handle"] == "c1" and cited["document_id"] == document_id
+    # The model saw the passage the tool runner found, and only the tools this turn allows.
+    requests = [r.json for r in model_server.requests_to("/v1/chat/completions") if r.json.get("tools")]
+    tool_names = {t["function"]["name"] for t in requests[0]["tools"]}
+    assert "doc_retrieval" in tool_names and not {"web_search", "web_fetch", "query_knowledge_graph"} & tool_names
+    tool_message = requests[-1]["messages"][-1]
+    assert tool_message["role"] == "tool" and "27 days" in json.dumps(tool_message["content"])
+
+
+def test_a_greeting_is_answered_by_the_model_without_tools(stack: Any, model_server: ScriptedProvider) -> None:
+    model_server.reset()
+
+    def model(request: Recorded) -> Reply:
+        decision = openai_decision("A", request.json)  # greeting
+        if decision is not None:
+            return decision
+        return openai_text_stream(["Hello!", " Ask me about your documents."])
+
+    model_server.respond("/v1/chat/completions", model)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        turn = ask(http, "hello")
+    assert [name for name, _ in turn] == ["started", "intent", "text_delta", "text_delta", "completed"]
+    assert turn[-1][1]["text"] == "Hello! Ask me about your documents."
+    assert not any(r.json.get("tools") for r in model_server.requests_to("/v1/chat/completions"))
+
+
+def test_another_tenants_knowledge_base_yields_nothing(stack: Any) -> None:
+    with client(stack, tenant()) as owner:
+        kb_id, _ = ready_kb(owner)
+    with client(stack, tenant()) as stranger:
+        turn = ask(stranger, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+    final = turn[-1][1]
+    assert "27 days" not in json.dumps(turn)
+    assert final.get("citations", []) == []
