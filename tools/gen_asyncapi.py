@@ -26,6 +26,7 @@ BUS_MODULES = (
     "knowsphere_ingestion.api.bus",
     "knowsphere_retrieval.api.bus",
     "knowsphere_modelhub.api.bus",
+    "knowsphere_memory.api.bus",
 )
 
 

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from knowsphere_stack.components import NATS_CLIENTS
+from knowsphere_stack.components import PEERS as STACK_PEERS
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -47,12 +48,8 @@ SERVICES = sorted(GRPC_PORTS)
 WORKERS = {"ingestion-worker": ("ingestion", "knowsphere_ingestion.worker")}
 DEPLOYMENTS = sorted([*SERVICES, *WORKERS])
 GATEWAY_HTTP_PORT = 8780
-PEERS = {
-    "gateway": {"conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"},
-    "conversation": {"retrieval", "memory", "toolrunner", "modelhub"},
-    "ingestion": {"retrieval", "modelhub"},
-    "retrieval": {"modelhub"},
-}
+# The gRPC peers each service is given: the same map as the local stack, so the two cannot drift.
+PEERS = {name: set(peers) for name, peers in STACK_PEERS.items()}
 CONFIG_MAP = "knowsphere-config"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
 

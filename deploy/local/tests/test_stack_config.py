@@ -100,23 +100,29 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
     assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
         k: v for k, v in ingestion.items() if k != "OTEL_SERVICE_NAME"
     }
-    for name in ("conversation", "modelhub", "retrieval"):
+    for name in ("conversation", "memory", "modelhub", "retrieval"):
         assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
-    for name in ("memory", "toolrunner"):
+    for name in ("toolrunner",):
         assert not any(k.endswith("_NATS_URL") for k in envs[name])
     for name in ("modelhub", "retrieval", "toolrunner"):
         assert envs[name]["OTEL_SERVICE_NAME"] == name
     assert [k for k in envs["modelhub"] if k.endswith("_ADDR")] == []
-    assert [k for k in envs["toolrunner"] if k.endswith("_ADDR")] == []
+    assert {k: v for k, v in envs["toolrunner"].items() if k.endswith("_ADDR")} == {
+        "KS_TOOLRUNNER_RETRIEVAL_ADDR": "127.0.0.1:7412",
+        "KS_TOOLRUNNER_MODELHUB_ADDR": "127.0.0.1:7416",
+    }
     assert {k: v for k, v in envs["retrieval"].items() if k.endswith("_ADDR")} == {
         "KS_RETRIEVAL_MODELHUB_ADDR": "127.0.0.1:7416"
+    }
+    assert {k: v for k, v in envs["memory"].items() if k.endswith("_ADDR")} == {
+        "KS_MEMORY_MODELHUB_ADDR": "127.0.0.1:7416"
     }
 
 
 def test_the_services_on_the_bus_start_after_nats(tmp_path: Path) -> None:
     specs = build_components(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     on_bus = {spec.name for spec in specs if "nats" in spec.depends_on}
-    assert on_bus == {"gateway", "conversation", "ingestion", "modelhub", "retrieval"}
+    assert on_bus == {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
     without_nats = build_components(StackConfig(data_dir=tmp_path, nats_enabled=False))
     assert not any("nats" in spec.depends_on for spec in without_nats)
 

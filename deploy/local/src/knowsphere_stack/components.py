@@ -27,15 +27,19 @@ TEMPORAL = "temporal"
 TEMPORAL_NAMESPACE = "default"
 TEMPORAL_HEALTH_SERVICE = "temporal.api.workflowservice.v1.WorkflowService"
 
-NATS_CLIENTS: frozenset[str] = frozenset({"gateway", "conversation", "ingestion", "modelhub", "retrieval"})
+NATS_CLIENTS: frozenset[str] = frozenset(
+    {"gateway", "conversation", "ingestion", "memory", "modelhub", "retrieval"}
+)
 """Services that talk to NATS and get ``KS_<NAME>_NATS_URL``: those whose settings have ``nats_url``
-(modelhub announces model changes on it, retrieval hears them)."""
+(modelhub announces model changes on it, retrieval hears them; memory consumes turn completions)."""
 
 PEERS: dict[str, tuple[str, ...]] = {
     "gateway": ("conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"),
     "conversation": ("retrieval", "memory", "toolrunner", "modelhub"),
     "ingestion": ("retrieval", "modelhub"),
     "retrieval": ("modelhub",),
+    "memory": ("modelhub",),
+    "toolrunner": ("retrieval", "modelhub"),
 }
 """gRPC peers of each service, given as ``KS_<NAME>_<PEER>_ADDR=host:port``."""
 

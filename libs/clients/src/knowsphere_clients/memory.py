@@ -5,6 +5,11 @@ from __future__ import annotations
 from knowsphere.memory.v1 import memory_pb2 as mpb
 from knowsphere_clients.base import ServiceClient
 
+COMPACTION_TIMEOUT_SECONDS = 90.0
+"""Deadline of CompactSession. Memory gives its model at most its own limit (60 s by default) and never
+more than the call's deadline less a reserve (2 s), then stores the deterministic extract, so the call
+answers within this deadline."""
+
 
 class MemoryClient(ServiceClient):
     service = "memory"
@@ -19,6 +24,12 @@ class MemoryClient(ServiceClient):
         self, request: mpb.PutSessionSummaryRequest
     ) -> mpb.PutSessionSummaryResponse:
         response: mpb.PutSessionSummaryResponse = await self._call("PutSessionSummary", request)
+        return response
+
+    async def compact_session(
+        self, request: mpb.CompactSessionRequest, *, timeout: float = COMPACTION_TIMEOUT_SECONDS
+    ) -> mpb.CompactSessionResponse:
+        response: mpb.CompactSessionResponse = await self._call("CompactSession", request, timeout=timeout)
         return response
 
     async def get_working_memory(self, request: mpb.GetWorkingMemoryRequest) -> mpb.GetWorkingMemoryResponse:
@@ -37,6 +48,10 @@ class MemoryClient(ServiceClient):
 
     async def remember(self, request: mpb.RememberRequest) -> mpb.RememberResponse:
         response: mpb.RememberResponse = await self._call("Remember", request)
+        return response
+
+    async def apply_statements(self, request: mpb.ApplyStatementsRequest) -> mpb.ApplyStatementsResponse:
+        response: mpb.ApplyStatementsResponse = await self._call("ApplyStatements", request)
         return response
 
     async def list_memory_items(self, request: mpb.ListMemoryItemsRequest) -> mpb.ListMemoryItemsResponse:

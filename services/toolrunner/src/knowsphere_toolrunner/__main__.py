@@ -1,14 +1,40 @@
-"""Wiring of the toolrunner service: settings and its gRPC server. No logic lives here."""
+"""Wiring of the toolrunner service: store, peers (retrieval, modelhub), tools, gRPC server. No logic."""
 
-from knowsphere_runtime.lifecycle import run_grpc_service
+from knowsphere_clients import ModelHubClient, RetrievalClient, service_channel
+from knowsphere_runtime.lifecycle import ChannelsComponent, Component, run_service
+from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
 from knowsphere_toolrunner import SERVICE_NAME
+from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
 from knowsphere_toolrunner.api.grpc import build_binding
+from knowsphere_toolrunner.core import ToolRunnerCore
 from knowsphere_toolrunner.settings import Settings
+from knowsphere_toolrunner.toolbox import build_servicer
 
 
 def main() -> None:
-    run_grpc_service(SERVICE_NAME, load_settings(Settings), lambda: [build_binding()])
+    settings = load_settings(Settings)
+
+    def build() -> list[Component]:
+        store = SqlToolResultStore(settings.result_store_url())
+        retrieval_channel = service_channel("retrieval", settings.retrieval_addr, settings)
+        modelhub_channel = service_channel("modelhub", settings.modelhub_addr, settings)
+        servicer = build_servicer(
+            settings, store, RetrievalClient(retrieval_channel), ModelHubClient(modelhub_channel)
+        )
+        server = GrpcServer(
+            name=SERVICE_NAME,
+            bind=settings.grpc_bind,
+            bindings=[build_binding(servicer)],
+            grace=settings.shutdown_grace_seconds,
+        )
+        return [
+            ChannelsComponent([retrieval_channel, modelhub_channel]),
+            ToolRunnerCore(settings, store),
+            server,
+        ]
+
+    run_service(SERVICE_NAME, settings, build)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,23 @@ from knowsphere.memory.v1 import memory_pb2 as _pb
 from knowsphere_contracts.protoenum import ProtoEnum
 
 
+class SessionMessageRole(ProtoEnum):
+    """Role of a session message given for compaction."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+
+    def to_proto(self) -> _pb.SessionMessageRole.ValueType:
+        return _pb.SessionMessageRole.ValueType(self.number)
+
+
+SessionMessageRole.register_numbers(
+    {SessionMessageRole.USER: 1, SessionMessageRole.ASSISTANT: 2, SessionMessageRole.TOOL: 3, SessionMessageRole.SYSTEM: 4}
+)
+
+
 class PlanStepStatus(ProtoEnum):
     """State of a plan step."""
 
@@ -36,4 +53,20 @@ class MemoryItemKind(ProtoEnum):
 
 MemoryItemKind.register_numbers(
     {MemoryItemKind.PROFILE: 1, MemoryItemKind.INTEREST: 2, MemoryItemKind.FACT: 3}
+)
+
+
+class StatementForm(ProtoEnum):
+    """Which explicit statement form a message opened with."""
+
+    NONE = "none"
+    REMEMBER = "remember"
+    FORGET = "forget"
+
+    def to_proto(self) -> _pb.StatementForm.ValueType:
+        return _pb.StatementForm.ValueType(self.number)
+
+
+StatementForm.register_numbers(
+    {StatementForm.NONE: 1, StatementForm.REMEMBER: 2, StatementForm.FORGET: 3}
 )

@@ -10,6 +10,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SessionMessageRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_MESSAGE_ROLE_UNSPECIFIED: _ClassVar[SessionMessageRole]
+    SESSION_MESSAGE_ROLE_USER: _ClassVar[SessionMessageRole]
+    SESSION_MESSAGE_ROLE_ASSISTANT: _ClassVar[SessionMessageRole]
+    SESSION_MESSAGE_ROLE_TOOL: _ClassVar[SessionMessageRole]
+    SESSION_MESSAGE_ROLE_SYSTEM: _ClassVar[SessionMessageRole]
+
 class PlanStepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PLAN_STEP_STATUS_UNSPECIFIED: _ClassVar[PlanStepStatus]
@@ -24,6 +32,18 @@ class MemoryItemKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMORY_ITEM_KIND_PROFILE: _ClassVar[MemoryItemKind]
     MEMORY_ITEM_KIND_INTEREST: _ClassVar[MemoryItemKind]
     MEMORY_ITEM_KIND_FACT: _ClassVar[MemoryItemKind]
+
+class StatementForm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATEMENT_FORM_UNSPECIFIED: _ClassVar[StatementForm]
+    STATEMENT_FORM_NONE: _ClassVar[StatementForm]
+    STATEMENT_FORM_REMEMBER: _ClassVar[StatementForm]
+    STATEMENT_FORM_FORGET: _ClassVar[StatementForm]
+SESSION_MESSAGE_ROLE_UNSPECIFIED: SessionMessageRole
+SESSION_MESSAGE_ROLE_USER: SessionMessageRole
+SESSION_MESSAGE_ROLE_ASSISTANT: SessionMessageRole
+SESSION_MESSAGE_ROLE_TOOL: SessionMessageRole
+SESSION_MESSAGE_ROLE_SYSTEM: SessionMessageRole
 PLAN_STEP_STATUS_UNSPECIFIED: PlanStepStatus
 PLAN_STEP_STATUS_PENDING: PlanStepStatus
 PLAN_STEP_STATUS_IN_PROGRESS: PlanStepStatus
@@ -33,6 +53,10 @@ MEMORY_ITEM_KIND_UNSPECIFIED: MemoryItemKind
 MEMORY_ITEM_KIND_PROFILE: MemoryItemKind
 MEMORY_ITEM_KIND_INTEREST: MemoryItemKind
 MEMORY_ITEM_KIND_FACT: MemoryItemKind
+STATEMENT_FORM_UNSPECIFIED: StatementForm
+STATEMENT_FORM_NONE: StatementForm
+STATEMENT_FORM_REMEMBER: StatementForm
+STATEMENT_FORM_FORGET: StatementForm
 
 class HandoffPhase(_message.Message):
     __slots__ = ("title", "summary")
@@ -125,6 +149,54 @@ class PutSessionSummaryResponse(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     summary: SessionSummary
     def __init__(self, summary: _Optional[_Union[SessionSummary, _Mapping]] = ...) -> None: ...
+
+class SessionMessage(_message.Message):
+    __slots__ = ("id", "role", "content", "tool_call_ids", "tool_call_id", "tool_name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    role: SessionMessageRole
+    content: str
+    tool_call_ids: _containers.RepeatedScalarFieldContainer[str]
+    tool_call_id: str
+    tool_name: str
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[_Union[SessionMessageRole, str]] = ..., content: _Optional[str] = ..., tool_call_ids: _Optional[_Iterable[str]] = ..., tool_call_id: _Optional[str] = ..., tool_name: _Optional[str] = ...) -> None: ...
+
+class CompactSessionRequest(_message.Message):
+    __slots__ = ("session_id", "messages", "context_window", "trigger_prompt_tokens", "model_id", "expected_revision")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[SessionMessage]
+    context_window: int
+    trigger_prompt_tokens: int
+    model_id: str
+    expected_revision: int
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[SessionMessage, _Mapping]]] = ..., context_window: _Optional[int] = ..., trigger_prompt_tokens: _Optional[int] = ..., model_id: _Optional[str] = ..., expected_revision: _Optional[int] = ...) -> None: ...
+
+class CompactSessionResponse(_message.Message):
+    __slots__ = ("summary", "compacted", "degraded", "degraded_reason", "kept_tokens", "handoff_tokens")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    summary: SessionSummary
+    compacted: bool
+    degraded: bool
+    degraded_reason: str
+    kept_tokens: int
+    handoff_tokens: int
+    def __init__(self, summary: _Optional[_Union[SessionSummary, _Mapping]] = ..., compacted: _Optional[bool] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., kept_tokens: _Optional[int] = ..., handoff_tokens: _Optional[int] = ...) -> None: ...
 
 class PlanStep(_message.Message):
     __slots__ = ("text", "status")
@@ -271,6 +343,26 @@ class DeleteMemoryItemRequest(_message.Message):
 class DeleteMemoryItemResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ApplyStatementsRequest(_message.Message):
+    __slots__ = ("text", "session_id", "source_message_id")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    session_id: str
+    source_message_id: str
+    def __init__(self, text: _Optional[str] = ..., session_id: _Optional[str] = ..., source_message_id: _Optional[str] = ...) -> None: ...
+
+class ApplyStatementsResponse(_message.Message):
+    __slots__ = ("form", "remembered", "forgotten")
+    FORM_FIELD_NUMBER: _ClassVar[int]
+    REMEMBERED_FIELD_NUMBER: _ClassVar[int]
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    form: StatementForm
+    remembered: _containers.RepeatedCompositeFieldContainer[RememberedItem]
+    forgotten: _containers.RepeatedCompositeFieldContainer[MemoryItem]
+    def __init__(self, form: _Optional[_Union[StatementForm, str]] = ..., remembered: _Optional[_Iterable[_Union[RememberedItem, _Mapping]]] = ..., forgotten: _Optional[_Iterable[_Union[MemoryItem, _Mapping]]] = ...) -> None: ...
 
 class CitedDocument(_message.Message):
     __slots__ = ("document_id", "knowledge_base_id", "file_name")

@@ -90,6 +90,16 @@ class MemoryServiceStub:
                 request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundRequest.SerializeToString,
                 response_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundResponse.FromString,
                 _registered_method=True)
+        self.ApplyStatements = channel.unary_unary(
+                '/knowsphere.memory.v1.MemoryService/ApplyStatements',
+                request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsRequest.SerializeToString,
+                response_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsResponse.FromString,
+                _registered_method=True)
+        self.CompactSession = channel.unary_unary(
+                '/knowsphere.memory.v1.MemoryService/CompactSession',
+                request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionRequest.SerializeToString,
+                response_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -187,6 +197,39 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyStatements(self, request, context):
+        """Applies the explicit memory statements of ONE user message, so the conversation needs no parser of
+        its own. A message opening with a remember form ("记住：…", "remember: …", "请记住…" and the other
+        forms the memory README lists) stores its items, deduplicated as Remember does (an item equal in kind
+        and normalised content updates the existing one, created = false). A message opening with a forget
+        form ("忘记…", "forget …") deletes the caller's items that match it. Any other message changes
+        nothing (form = STATEMENT_FORM_NONE). An item over the server's length limit fails with
+        INVALID_ARGUMENT naming the limit, and nothing is written. Safe to retry: remembering again finds
+        the same items, forgetting again finds nothing left.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompactSession(self, request, context):
+        """Compacts a session: archives its older messages into the handoff document and stores it as the
+        session's summary, as PutSessionSummary does. The cut falls only at a message boundary, never
+        between an assistant's tool calls and their results, never at or after the current question (the
+        last user message); it keeps the newest messages within about 30% of the context window (server
+        setting). Messages up to the stored summary_upto_message_id are not summarised again; the stored
+        document is carried forward. Phases, abandoned paths, key facts and open questions come from a
+        chat model through modelhub; when it is unavailable, too slow or answers something else, a
+        deterministic extract takes its place and the response says degraded. With expected_revision set,
+        fails with ABORTED when the stored revision differs, before any model call. The write expects the
+        revision read at the start (the document carries it forward), so a summary written meanwhile is
+        never overwritten: ABORTED. When nothing can be archived yet, nothing is written and compacted is
+        false. Memory bounds the model's time by the call's deadline, so a deadline well above a minute
+        lets the model finish; a shorter one gets the extract sooner.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +287,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.GetAskerBackground,
                     request_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundRequest.FromString,
                     response_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundResponse.SerializeToString,
+            ),
+            'ApplyStatements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyStatements,
+                    request_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsRequest.FromString,
+                    response_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsResponse.SerializeToString,
+            ),
+            'CompactSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompactSession,
+                    request_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionRequest.FromString,
+                    response_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -544,6 +597,60 @@ class MemoryService:
             '/knowsphere.memory.v1.MemoryService/GetAskerBackground',
             knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundRequest.SerializeToString,
             knowsphere_dot_memory_dot_v1_dot_memory__pb2.GetAskerBackgroundResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyStatements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/knowsphere.memory.v1.MemoryService/ApplyStatements',
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsRequest.SerializeToString,
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.ApplyStatementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompactSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/knowsphere.memory.v1.MemoryService/CompactSession',
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionRequest.SerializeToString,
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.CompactSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Memory's outbound side: the SQL store and the model used for handoff compaction."""

@@ -1,0 +1,1 @@
+"""Outbound clients and stores of the toolrunner, one module per backend."""

@@ -1,0 +1,110 @@
+"""The tool catalogue and the trimming of it to one turn's switches.
+
+Tools are kept in one fixed order — by category (planning, knowledge base, web, generation, run time),
+then by name — whatever order they were registered or selected in, so the same switches and selection
+always give the same list with the same schema texts: it is part of the cached prompt prefix.
+
+Trimming: a knowledge-base tool needs a selected knowledge base, a web tool web search on, the graph
+tool the graph on as well as a knowledge base; run-time tools are never selected by agents: read_file
+and execute_skill_script come with bound skills, get_stored_data always. write_plan and generate_pptx
+depend on no switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from knowsphere.toolrunner.v1.toolrunner_enums import ToolCategory
+from knowsphere_toolrunner.domain.tools.base import Needs, Tool, ToolSpec, TurnSwitches
+
+REASONS = {
+    Needs.KNOWLEDGE_BASE: "no knowledge base selected this turn",
+    Needs.WEB: "web search is off this turn",
+    Needs.KNOWLEDGE_GRAPH: "the knowledge graph is off this turn",
+    Needs.SKILLS: "no skill is bound to the agent",
+}
+UNKNOWN_TOOL = "unknown tool"
+# Checked in this order, so a tool missing two switches names the first (the graph tool without a
+# knowledge base says "no knowledge base").
+_NEEDS_ORDER = (Needs.KNOWLEDGE_BASE, Needs.KNOWLEDGE_GRAPH, Needs.WEB, Needs.SKILLS)
+
+
+@dataclass(frozen=True)
+class Omitted:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    tools: tuple[ToolSpec, ...]
+    omitted: tuple[Omitted, ...]
+
+
+def _order(spec: ToolSpec) -> tuple[int, str]:
+    return (spec.category.number, spec.name)
+
+
+def missing_switch(spec: ToolSpec, switches: TurnSwitches, skill_names: Sequence[str]) -> str | None:
+    """Why ``spec`` cannot run this turn, or None when it can."""
+    present = {
+        Needs.KNOWLEDGE_BASE: bool(switches.knowledge_base_ids),
+        Needs.WEB: switches.web_search,
+        Needs.KNOWLEDGE_GRAPH: switches.knowledge_graph,
+        Needs.SKILLS: bool(skill_names),
+    }
+    for need in _NEEDS_ORDER:
+        if need in spec.needs and not present[need]:
+            return REASONS[need]
+    return None
+
+
+class Catalogue:
+    """Every tool the service can run, by name."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        by_name: dict[str, Tool] = {}
+        for tool in tools:
+            name = tool.spec.name
+            if name in by_name:
+                raise ValueError(f"tool {name!r} is registered twice")
+            by_name[name] = tool
+        self._tools = dict(sorted(by_name.items(), key=lambda item: _order(item[1].spec)))
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    def list_tools(
+        self,
+        switches: TurnSwitches,
+        tool_names: Sequence[str] = (),
+        skill_names: Sequence[str] = (),
+        *,
+        catalog_view: bool = False,
+    ) -> Listing:
+        """The tools of one turn in catalogue order, and the selected ones left out with the reason."""
+        if catalog_view:
+            return Listing(tuple(s for s in self.specs if s.selectable), ())
+        selected = set(tool_names)
+        tools: list[ToolSpec] = []
+        omitted: list[Omitted] = []
+        for spec in self.specs:
+            if spec.category == ToolCategory.RUNTIME:
+                if missing_switch(spec, switches, skill_names) is None:
+                    tools.append(spec)
+                continue
+            if selected and spec.name not in selected:
+                continue
+            reason = missing_switch(spec, switches, skill_names)
+            if reason is None:
+                tools.append(spec)
+            else:
+                omitted.append(Omitted(spec.name, reason))
+        for name in sorted(selected - set(self._tools)):
+            omitted.append(Omitted(name, UNKNOWN_TOOL))
+        return Listing(tuple(tools), tuple(omitted))
