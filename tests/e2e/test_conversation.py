@@ -8,8 +8,12 @@ uses a tenant of its own (identity headers), so a default model set here reaches
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,13 +37,13 @@ from scripted_provider import (
 pytestmark = pytest.mark.e2e
 
 HANDBOOK = (
-    "# Employee handbook\n\n"
-    "## Annual leave\n\n"
-    "Every employee gets 27 days of paid annual leave per calendar year. "
-    "Unused leave can be carried over until the end of March.\n\n"
-    "## Expenses\n\n"
-    "Taxi rides are reimbursed only after 22:00 or when carrying equipment.\n"
-).encode()
+    b"# Employee handbook\n\n"
+    b"## Annual leave\n\n"
+    b"Every employee gets 27 days of paid annual leave per calendar year. "
+    b"Unused leave can be carried over until the end of March.\n\n"
+    b"## Expenses\n\n"
+    b"Taxi rides are reimbursed only after 22:00 or when carrying equipment.\n"
+)
 TIMEOUT = httpx.Timeout(30.0, read=120.0)
 
 
@@ -75,8 +79,10 @@ def ask(http: httpx.Client, message: str, **fields: Any) -> list[tuple[str, dict
     with http.stream("POST", "/chat/turns", json={"message": message, **fields}) as response:
         assert response.status_code == 200, response.read()
         turn = list(events(response))
-    assert [data["sequence"] for _, data in turn] == list(range(len(turn)))
-    assert [name for name, _ in turn].count("completed") + [name for name, _ in turn].count("error") == 1
+    assert [data["sequence"] for _, data in turn] == list(range(len(turn))), turn
+    assert [name for name, _ in turn].count("completed") + [name for name, _ in turn].count("error") == 1, (
+        turn
+    )
     return turn
 
 
@@ -151,12 +157,17 @@ def test_a_question_runs_retrieval_through_the_tool_runner_and_cites_the_chunk(
     # The model saw the passage the tool runner found, and only the tools this turn allows.
     requests = [r.json for r in model_server.requests_to("/v1/chat/completions") if r.json.get("tools")]
     tool_names = {t["function"]["name"] for t in requests[0]["tools"]}
-    assert "doc_retrieval" in tool_names and not {"web_search", "web_fetch", "query_knowledge_graph"} & tool_names
+    assert (
+        "doc_retrieval" in tool_names
+        and not {"web_search", "web_fetch", "query_knowledge_graph"} & tool_names
+    )
     tool_message = requests[-1]["messages"][-1]
     assert tool_message["role"] == "tool" and "27 days" in json.dumps(tool_message["content"])
 
 
-def test_a_greeting_is_answered_by_the_model_without_tools(stack: Any, model_server: ScriptedProvider) -> None:
+def test_a_greeting_is_answered_by_the_model_without_tools(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
     model_server.reset()
 
     def model(request: Recorded) -> Reply:
@@ -182,3 +193,121 @@ def test_another_tenants_knowledge_base_yields_nothing(stack: Any) -> None:
     final = turn[-1][1]
     assert "27 days" not in json.dumps(turn)
     assert final.get("citations", []) == []
+
+
+def test_killing_the_conversation_in_the_tool_loop_loses_and_repeats_nothing(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    answers = 0
+    in_second_call = threading.Event()
+    lock = threading.Lock()
+
+    def model(request: Recorded) -> Reply:
+        nonlocal answers
+        decision = openai_decision("E", request.json)
+        if decision is not None:
+            return decision
+        if request.json["messages"][-1]["role"] != "tool":
+            return openai_tool_call_stream("doc_retrieval", {"query": "annual leave days"})
+        with lock:
+            answers += 1
+            first = answers == 1
+        if first:
+            in_second_call.set()  # the replica is waiting for this answer when it is killed
+            return dataclasses.replace(openai_text_stream(["never shown"]), delay=5.0)
+        return openai_text_stream(["Employees get 27 days", " of paid leave a year [[c1]]."])
+
+    model_server.respond("/v1/chat/completions", model)
+    killed: list[int] = []
+
+    def kill_when_waiting() -> None:
+        if in_second_call.wait(timeout=120):
+            pid = stack.state().component("conversation").pid
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        killer = threading.Thread(target=kill_when_waiting)
+        killer.start()
+        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+        killer.join()
+        assert killed, "the turn never reached its second model call"
+        names = [name for name, _ in turn]
+        # Every event once, in order (ask() checks the sequences), and one final event: the answer.
+        assert names.count("started") == 1 and names.count("tool_started") == 1, names
+        assert names[-1] == "completed", turn[-1]
+        final = turn[-1][1]
+        assert final["text"] == "Employees get 27 days of paid leave a year [[c1]]."
+        assert final["citations"][0]["document_id"] == document_id
+        assert "never shown" not in json.dumps(turn)
+        assert answers == 2  # resumed at the model call it was waiting on, not from the start
+
+        # A client that dropped after the tool call reconnects and gets the rest, each event once.
+        tool_finished = next(data["sequence"] for name, data in turn if name == "tool_finished")
+        with http.stream(
+            "GET", f"/chat/turns/{final['turn_id']}/events", headers={"last-event-id": str(tool_finished)}
+        ) as response:
+            assert response.status_code == 200
+            rest = list(events(response))
+        assert [data["sequence"] for _, data in rest] == list(range(tool_finished + 1, len(turn)))
+        assert rest[-1][1]["text"] == final["text"]
+    assert stack.state().component("conversation").pid not in killed  # restarted by the supervisor
+
+
+def test_a_session_keeps_its_turns_and_is_the_askers_alone(stack: Any) -> None:
+    with client(stack, tenant()) as http:
+        kb_id, _ = ready_kb(http)
+        created = http.post("/sessions", json={})
+        assert created.status_code == 201, created.text
+        session = created.json()
+        ask(
+            http,
+            "How many days of annual leave do employees get?",
+            knowledge_base_ids=[kb_id],
+            session_id=session["id"],
+        )
+        ask(http, "When do taxi rides get reimbursed?", knowledge_base_ids=[kb_id], session_id=session["id"])
+        got = http.get(f"/sessions/{session['id']}").json()
+        assert got["turn_count"] == 2 and got["title"] == "How many days of annual leave do employees get?"
+        messages = http.get(f"/sessions/{session['id']}/messages", params={"oldest_first": True}).json()[
+            "messages"
+        ]
+        assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+        assert "22:00" in messages[3]["content"][0]["text"]
+        with client(stack, tenant()) as stranger:
+            assert stranger.get(f"/sessions/{session['id']}").status_code == 404
+            refused = stranger.post("/chat/turns", json={"message": "hi", "session_id": session["id"]})
+            assert refused.status_code == 404, refused.text
+            assert stranger.get(f"/sessions/{session['id']}/messages").status_code == 404
+        assert http.delete(f"/sessions/{session['id']}").status_code == 204
+        assert http.get(f"/sessions/{session['id']}").status_code == 404
+
+
+def test_a_cancelled_turn_stops_and_says_so(stack: Any, model_server: ScriptedProvider) -> None:
+    model_server.reset()
+
+    def model(request: Recorded) -> Reply:
+        decision = openai_decision("B", request.json)  # chitchat: one streamed answer
+        if decision is not None:
+            return decision
+        slow = openai_text_stream(["Once upon a time", " there", " was", " a", " very", " long", " story"])
+        return dataclasses.replace(slow, chunk_delay=1.0)
+
+    model_server.respond("/v1/chat/completions", model)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        seen: list[tuple[str, dict[str, Any]]] = []
+        with http.stream("POST", "/chat/turns", json={"message": "tell me a long story"}) as response:
+            for name, data in events(response):
+                seen.append((name, data))
+                if name == "text_delta" and len([n for n, _ in seen if n == "text_delta"]) == 1:
+                    cancelled = http.post(f"/chat/turns/{data['turn_id']}/cancel")
+                    assert cancelled.status_code == 200 and cancelled.json() == {"cancelled": True}
+        names = [name for name, _ in seen]
+        assert names[-1] == "cancelled" and names.count("cancelled") == 1, names
+        assert seen[-1][1]["text"].startswith("Once upon a time") and "story" not in seen[-1][1]["text"]
+        again = http.post(f"/chat/turns/{seen[0][1]['turn_id']}/cancel")
+        assert again.json() == {"cancelled": False}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from knowsphere_ingestion.api.page_tokens import decode_page_token, encode_page_token
+from knowsphere_sqlstore.pages import decode_page_token, encode_page_token
 
 
 def test_a_token_gives_back_the_values_it_was_made_of() -> None:

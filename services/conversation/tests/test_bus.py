@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ async def _ask(nats_url: str, turn_ids: list[str]) -> dict[str, list[ChatTurnEve
 
 async def test_turns_run_at_once_and_each_ends_with_one_final_event(nats_url: str, conversation: Any) -> None:
     _, gate = conversation
-    events = await _ask(nats_url, ["t1", "t2", "t3"])
+    events = await _ask(nats_url, [f"t-{uuid.uuid4().hex}" for _ in range(3)])
     assert gate.max_in_flight == 3  # all three model calls were in flight together
     for turn_events in events.values():
         assert [e.sequence for e in turn_events] == list(range(len(turn_events)))
@@ -115,15 +116,21 @@ async def test_a_completed_turn_is_kept_once_on_the_completions_stream(
     nats_url: str, conversation: Any
 ) -> None:
     bus, _ = conversation
-    await _ask(nats_url, ["t-once"])
+    turn_id = f"t-{uuid.uuid4().hex}"
+    await _ask(nats_url, [turn_id])
     # A second announcement of the same turn (a redelivered turn) is dropped by JetStream.
     with bound_identity(CALLER):
-        await bus.publish_completed(TurnCompleted(turn_id="t-once"))
+        await bus.publish_completed(TurnCompleted(turn_id=turn_id))
     client = await nats.connect(nats_url)
     js = client.jetstream()
     subscription = await js.pull_subscribe(TurnCompleted.subject, stream=TURN_COMPLETED_STREAM)
-    messages = await subscription.fetch(10, timeout=2)
-    ours = [m for m in messages if TurnCompleted.model_validate_json(m.data).turn_id == "t-once"]
+    messages: list[Any] = []
+    while True:
+        try:
+            messages += await subscription.fetch(100, timeout=1)
+        except nats.errors.TimeoutError:
+            break
+    ours = [m for m in messages if TurnCompleted.model_validate_json(m.data).turn_id == turn_id]
     assert len(ours) == 1
     assert ours[0].headers is not None and ours[0].headers["ks-tenant-id"] == CALLER.tenant_id
     await client.close()

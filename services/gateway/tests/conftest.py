@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient
+from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
@@ -53,6 +53,7 @@ async def gateway(serve: Serve) -> GatewayApp:
         ingestion: object | None = None,
         retrieval: object | None = None,
         modelhub: object | None = None,
+        conversation: object | None = None,
         **context: Any,
     ) -> FastAPI:
         fields: dict[str, Any] = {
@@ -66,6 +67,7 @@ async def gateway(serve: Serve) -> GatewayApp:
             "ingestion": IngestionClient(await serve("ingestion", ingestion or Nothing())),
             "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),
             "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),
+            "conversation": ConversationClient(await serve("conversation", conversation or Nothing())),
         }
         fields.update(context)
         return create_app(GatewayContext(**fields))

@@ -96,7 +96,12 @@ def openai_tool_call_stream(
     name: str, arguments: dict[str, Any], *, call_id: str = "call_scripted", model: str = "gpt-4o-mini"
 ) -> Reply:
     """An OpenAI chat stream that calls one tool, its arguments split over two deltas."""
-    base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+    base = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+    }
     raw = json.dumps(arguments, ensure_ascii=False)
     head = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
     deltas = [

@@ -7,6 +7,7 @@ gRPC errors.
 """
 
 from knowsphere_clients.base import service_channel
+from knowsphere_clients.conversation import ConversationClient
 from knowsphere_clients.errors import ModelFailure, ServiceError
 from knowsphere_clients.ingestion import IngestionClient
 from knowsphere_clients.memory import MemoryClient
@@ -15,6 +16,7 @@ from knowsphere_clients.retrieval import RetrievalClient
 from knowsphere_clients.toolrunner import ToolRunnerClient
 
 __all__ = [
+    "ConversationClient",
     "EmbeddingModel",
     "IngestionClient",
     "MemoryClient",

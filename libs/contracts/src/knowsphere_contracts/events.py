@@ -45,6 +45,14 @@ class Event(BaseModel):
 # --- chat -----------------------------------------------------------------------------------
 
 
+class TurnCancelRequested(Event):
+    """Someone asked to stop a turn. Every conversation replica hears it; the one running the turn,
+    for the same asker (headers), stops it and ends it with a ``cancelled`` event."""
+
+    subject: ClassVar[str] = "ks.conversation.turn.cancel.v1"
+    turn_id: str = Field(min_length=1, max_length=64)
+
+
 CHAT_REQUESTS_STREAM = "KS_CHAT_REQUESTS"
 """JetStream work queue of :class:`ChatRequested`: a turn stays in it until a conversation replica has
 answered it (acknowledged), so a replica that dies mid-turn leaves it to be redelivered."""
@@ -78,6 +86,11 @@ class TurnEventKind(StrEnum):
     CITATIONS = "citations"
     ERROR = "error"
     COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+FINAL_KINDS = frozenset({TurnEventKind.COMPLETED, TurnEventKind.ERROR, TurnEventKind.CANCELLED})
+"""A turn ends with exactly one event of one of these kinds."""
 
 
 class AnswerKind(StrEnum):
@@ -112,12 +125,13 @@ class ChatTurnEvent(Event):
     """One event of a turn in progress, published on ``ks.chat.events.v1.<turn_id>``.
 
     ``sequence`` starts at 0 and increases by one per event of the turn, so a reader can detect
-    loss. A turn always ends with exactly one ``completed`` or ``error`` event. Which fields are set
-    depends on ``kind``: ``intent`` (intent, route, rewritten_query), ``tool_started`` /
+    loss. A turn always ends with exactly one ``completed``, ``error`` or ``cancelled`` event. Which
+    fields are set depends on ``kind``: ``intent`` (intent, route, rewritten_query), ``tool_started`` /
     ``tool_finished`` (tool_call_id, tool_name; finished adds tool_ok, duration_ms, attempts, error
     message), ``sources`` (citations: this turn's numbered sources), ``text_delta`` (text),
     ``completed`` (text: the whole answer, citations: the sources it cites, answer_kind,
-    removed_citations), ``error`` (error_code, error_message).
+    removed_citations), ``cancelled`` (text: what was said before the cancel), ``error`` (error_code,
+    error_message).
     """
 
     subject: ClassVar[str] = "ks.chat.events.v1"
@@ -147,7 +161,7 @@ class ChatTurnEvent(Event):
 
     @property
     def is_final(self) -> bool:
-        return self.kind in (TurnEventKind.COMPLETED, TurnEventKind.ERROR)
+        return self.kind in FINAL_KINDS
 
 
 class CitedDocument(BaseModel):

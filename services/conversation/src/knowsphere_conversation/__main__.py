@@ -1,5 +1,8 @@
-"""Wiring of the conversation service: settings, checkpoints, gRPC server, NATS bus, peer clients."""
+"""Wiring of the conversation service: settings, stores, gRPC server, NATS bus, peer clients."""
 
+from collections.abc import Sequence
+
+from knowsphere.memory.v1 import memory_pb2
 from knowsphere_clients import (
     MemoryClient,
     ModelHubClient,
@@ -10,11 +13,13 @@ from knowsphere_clients import (
 from knowsphere_conversation import SERVICE_NAME
 from knowsphere_conversation.adapters.checkpoints import CheckpointStore
 from knowsphere_conversation.adapters.memory import MemoryContext
-from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases, StreamEventLog
+from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases, StreamEventLog, TurnCanceller
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
+from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
-from knowsphere_conversation.api.grpc import build_binding
+from knowsphere_conversation.api.grpc import ConversationServicer, build_binding
 from knowsphere_conversation.domain.graph import TurnLimits
+from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_conversation.settings import Settings
 from knowsphere_runtime.bus import build_broker
@@ -31,6 +36,20 @@ def limits(settings: Settings) -> TurnLimits:
         extract_chars=settings.extract_chars,
         extract_top_k=settings.retrieval_top_k,
     )
+
+
+class SessionsComponent:
+    name = "sessions"
+
+    def __init__(self, store: SqlSessionStore) -> None:
+        self.store = store
+
+    async def start(self) -> object:
+        await self.store.open()
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self.store.close()
 
 
 def main() -> None:
@@ -52,11 +71,13 @@ def main() -> None:
         bus = build_bus(settings.max_concurrent_turns, settings.turn_ack_wait_seconds)
         broker.include_router(bus.router)
         checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
+        sessions = SqlSessionStore(settings.sqlalchemy_url())
+        memory = MemoryClient(channels["memory"])
         runner = TurnRunner(
             lambda: checkpoints.graph,
             models=ModelHubClient(channels["modelhub"]),
             tools=ToolRunnerClient(channels["toolrunner"]),
-            memory=MemoryContext(MemoryClient(channels["memory"])),
+            memory=MemoryContext(memory),
             search=RetrievalSearch(RetrievalClient(channels["retrieval"]), settings.retrieval_top_k),
             publish=bus.publish_turn_event,
             publish_completed=bus.publish_completed,
@@ -66,15 +87,42 @@ def main() -> None:
                 ttl=settings.turn_ack_wait_seconds,
             ),
             event_log=StreamEventLog(lambda: broker.config.connection_state.stream),
+            sessions=sessions,
         )
         broker.context.set_global(TURN_RUNNER, runner)
+
+        async def history(thread: str) -> Sequence[Message]:
+            state = await checkpoints.graph.aget_state({"configurable": {"thread_id": thread}})
+            messages: Sequence[Message] = state.values.get("messages", []) if state else []
+            return messages
+
+        async def forget(thread: str, session_id: str) -> None:
+            await checkpoints.saver.adelete_thread(thread)
+            await memory.delete_session_memory(memory_pb2.DeleteSessionMemoryRequest(session_id=session_id))
+
+        servicer = ConversationServicer(
+            sessions,
+            history,
+            TurnCanceller(
+                lambda: broker.config.connection_state.connection,
+                bus.request_cancel,
+                wait=settings.cancel_wait_seconds,
+            ),
+            forget,
+        )
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding()],
+            bindings=[build_binding(servicer)],
             grace=settings.shutdown_grace_seconds,
         )
-        return [ChannelsComponent(list(channels.values())), checkpoints, server, BrokerComponent(broker)]
+        return [
+            ChannelsComponent(list(channels.values())),
+            SessionsComponent(sessions),
+            checkpoints,
+            server,
+            BrokerComponent(broker),
+        ]
 
     run_service(SERVICE_NAME, settings, build)
 

@@ -16,6 +16,13 @@ class Settings(ServiceSettings):
     toolrunner_addr: str = Field(description="host:port of the toolrunner service")
     modelhub_addr: str = Field(description="host:port of the modelhub service")
     retrieval_top_k: int = Field(default=8, ge=1, le=100, description="passages per search without a model")
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL of the sessions (postgresql+asyncpg://…); empty: SQLite in the data dir",
+    )
+    cancel_wait_seconds: float = Field(
+        default=2.0, gt=0, le=30, description="how long CancelTurn waits for the turn to stop"
+    )
     checkpoint_url: str = Field(
         default="",
         description="PostgreSQL URL of the checkpoints (postgresql://…); empty: SQLite in the data dir",
@@ -39,3 +46,7 @@ class Settings(ServiceSettings):
     extract_chars: int = Field(
         default=1200, ge=100, le=20_000, description="characters quoted without a model"
     )
+
+    def sqlalchemy_url(self) -> str:
+        """The sessions' database: ``database_url``, or SQLite in the data dir."""
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'conversation.db'}"

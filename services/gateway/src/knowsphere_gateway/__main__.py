@@ -4,7 +4,13 @@ from functools import partial
 
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient, service_channel
+from knowsphere_clients import (
+    ConversationClient,
+    IngestionClient,
+    ModelHubClient,
+    RetrievalClient,
+    service_channel,
+)
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
@@ -55,6 +61,7 @@ def main() -> None:
                 modelhub=ModelHubClient(channels["modelhub"]),
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
+                conversation=ConversationClient(channels["conversation"]),
                 stored_turn_events=lambda turn_id: read_subject(
                     broker.config.connection_state.stream,
                     CHAT_EVENTS_STREAM,

@@ -54,10 +54,11 @@ class CheckpointStore:
         self._data_dir = data_dir
         self._stack = AsyncExitStack()
         self.graph: Any = None
+        self.saver: Any = None
 
     async def start(self) -> object:
-        saver = await open_saver(self._stack, self._url, self._data_dir)
-        self.graph = build_graph(saver)
+        self.saver = await open_saver(self._stack, self._url, self._data_dir)
+        self.graph = build_graph(self.saver)
         return None
 
     async def stop(self, grace: float | None = None) -> None:

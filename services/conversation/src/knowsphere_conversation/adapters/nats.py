@@ -15,11 +15,13 @@ import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
+from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent, TurnEventKind
 from knowsphere_runtime.streams import read_subject
 
 log = structlog.get_logger(__name__)
@@ -40,6 +42,39 @@ class StreamEventLog:
             self._js(), CHAT_EVENTS_STREAM, ChatTurnEvent.subject_for(turn_id), timeout=self._timeout
         )
         return [ChatTurnEvent.model_validate_json(data) for data, _ in stored]
+
+
+class TurnCanceller:
+    """Cancels a turn wherever it runs: asks every replica (``request``) and waits up to ``wait``
+    seconds for the turn's ``cancelled`` event; True when it came."""
+
+    def __init__(
+        self,
+        connection: Callable[[], NatsClient],
+        request: Callable[[str], Awaitable[None]],
+        *,
+        wait: float,
+    ) -> None:
+        self._connection = connection
+        self._request = request
+        self._wait = wait
+
+    async def __call__(self, turn_id: str) -> bool:
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def on_event(message: Msg) -> None:
+            event = ChatTurnEvent.model_validate_json(message.data)
+            if event.is_final and not ended.done():
+                ended.set_result(event.kind is TurnEventKind.CANCELLED)
+
+        subscription = await self._connection().subscribe(ChatTurnEvent.subject_for(turn_id), cb=on_event)
+        try:
+            await self._request(turn_id)
+            return await asyncio.wait_for(ended, self._wait)
+        except TimeoutError:
+            return False  # not running anywhere (finished, queued, or never was)
+        finally:
+            await subscription.unsubscribe()
 
 
 class KvSessionLeases:

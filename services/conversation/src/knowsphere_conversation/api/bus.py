@@ -29,8 +29,9 @@ from faststream.nats.annotations import NatsMessage
 from faststream.nats.publisher.usecase import LogicPublisher
 from opentelemetry import trace
 
-from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCompleted
+from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCancelRequested, TurnCompleted
 from knowsphere_conversation.domain.turns import Outcome, TurnRunner
+from knowsphere_runtime.identity import current_identity
 from knowsphere_runtime.streams import CHAT_EVENTS, CHAT_REQUESTS, MSG_ID_HEADER, TURN_COMPLETED
 from knowsphere_telemetry import attributes
 
@@ -41,6 +42,9 @@ CHAT_CONSUMER = "conversation"
 TURN_RUNNER = "turn_runner"
 """Context name of the service's ``TurnRunner``."""
 BUSY_SESSION_RETRY_SECONDS = 0.5
+PUBLISH_ATTEMPTS = 3
+"""Times a turn event is sent before the turn gives up on the bus."""
+PUBLISH_RETRY_SECONDS = 0.2
 """How soon a turn of a busy session is delivered again."""
 
 Runner = Annotated[TurnRunner, Context(TURN_RUNNER)]
@@ -52,17 +56,34 @@ class ConversationBus:
     turn_events: LogicPublisher
     """Publishes the events of a turn, each on its turn's subject."""
     completions: LogicPublisher
+    cancels: LogicPublisher
+    """Asks every replica to stop a turn."""
 
     async def publish_turn_event(self, event: ChatTurnEvent) -> None:
-        await self.turn_events.publish(
-            event.model_dump(mode="json"),
-            subject=ChatTurnEvent.subject_for(event.turn_id),
-            headers={MSG_ID_HEADER: f"{event.turn_id}:{event.sequence}"},
-        )
+        # Stored once per (turn, sequence): a publish whose acknowledgement was lost is sent again and
+        # JetStream keeps the first copy, so a reader never sees a sequence twice or a gap.
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                await self.turn_events.publish(
+                    event.model_dump(mode="json"),
+                    subject=ChatTurnEvent.subject_for(event.turn_id),
+                    headers={MSG_ID_HEADER: f"{event.turn_id}:{event.sequence}"},
+                )
+                return
+            except Exception:
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise
+                log.warning(
+                    "turn event not acknowledged; sending it again", turn_id=event.turn_id, attempt=attempt
+                )
+                await asyncio.sleep(PUBLISH_RETRY_SECONDS * attempt)
 
     async def publish_completed(self, event: TurnCompleted) -> None:
         # The turn id as the message id: JetStream drops a second announcement of the same turn.
         await self.completions.publish(event.model_dump(mode="json"), headers={MSG_ID_HEADER: event.turn_id})
+
+    async def request_cancel(self, turn_id: str) -> None:
+        await self.cancels.publish(TurnCancelRequested(turn_id=turn_id).model_dump(mode="json"))
 
 
 @contextlib.asynccontextmanager
@@ -135,7 +156,24 @@ def build_bus(max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0) -> 
             error_code=final and final.error_code,
         )
 
-    return ConversationBus(router, turn_events, completions)
+    cancels = router.publisher(
+        TurnCancelRequested.subject,
+        schema=TurnCancelRequested,
+        title="conversation:turn-cancel",
+        description="Stop a running turn (every replica hears it; the one running it stops it).",
+    )
+
+    @router.subscriber(
+        TurnCancelRequested.subject,
+        title="conversation:turn-cancel",
+        description="Stops the turn when this replica runs it for the same asker.",
+    )
+    async def on_cancel(request: TurnCancelRequested, runner: Runner) -> None:
+        asker = current_identity()
+        if asker is not None and runner.cancel(request.turn_id, asker):
+            log.info("turn cancel requested", turn_id=request.turn_id)
+
+    return ConversationBus(router, turn_events, completions, cancels)
 
 
 __all__ = ["CHAT_CONSUMER", "TURN_RUNNER", "ConversationBus", "build_bus"]

@@ -603,19 +603,38 @@ def after_understanding(state: TurnState) -> str:
     return "agent" if state.get("route") == TurnRoute.REACT.value else "generate"
 
 
+Node = Callable[[TurnState, RunnableConfig], Awaitable[dict[str, Any]]]
+NODES: dict[str, Node] = {
+    "prepare_context": prepare_context,
+    "manage_memory": manage_memory,
+    "query_understand": query_understand,
+    "generate": generate,
+    "extract": extract,
+    "agent": agent,
+    "tools": tools,
+    "collect_sources": collect_sources,
+}
+
+
+def traced(name: str, node: Node) -> Node:
+    """``node`` inside a span of its own (``conversation.<name>``), a child of the turn's span."""
+
+    async def run(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+        with tracer.start_as_current_span(f"conversation.{name}") as span:
+            span.set_attribute(attributes.TURN_ID, state.get("turn_id", ""))
+            return await node(state, config)
+
+    run.__name__ = name
+    return run
+
+
 def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The compiled graph; one per process, shared by every turn (agents differ by runtime config)."""
     graph = StateGraph(TurnState)
-    graph.add_node("prepare_context", prepare_context)
-    graph.add_node("manage_memory", manage_memory)
-    graph.add_node("query_understand", query_understand)
-    graph.add_node("generate", generate)
-    graph.add_node("extract", extract)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", tools)
-    graph.add_node("collect_sources", collect_sources)
+    for name, node in NODES.items():
+        graph.add_node(name, traced(name, node))  # type: ignore[call-overload]  # a typed wrapper of a node
     graph.add_edge(START, "prepare_context")
     graph.add_edge("prepare_context", "manage_memory")
     graph.add_edge("manage_memory", "query_understand")

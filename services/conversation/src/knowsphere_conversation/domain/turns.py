@@ -48,7 +48,8 @@ from knowsphere_conversation.domain.graph import (
 )
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.replay import Replay
-from knowsphere_runtime.identity import IdentityError, require_identity
+from knowsphere_conversation.domain.sessions import SessionStore, thread_id, title_from
+from knowsphere_runtime.identity import Identity, IdentityError, require_identity
 from knowsphere_telemetry import attributes
 
 log = structlog.get_logger(__name__)
@@ -113,6 +114,7 @@ class TurnResult:
 
 
 IDENTITY_REQUIRED = "identity_required"
+SESSION_NOT_FOUND = "session_not_found"
 TURN_FAILED = "turn_failed"
 TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
@@ -135,6 +137,7 @@ class TurnRunner:
         agent: AgentConfig | None = None,
         leases: SessionLeases | None = None,
         event_log: EventLog | None = None,
+        sessions: SessionStore | None = None,
     ) -> None:
         self._graph = graph
         self._models = models
@@ -146,7 +149,9 @@ class TurnRunner:
         self._limits = limits
         self._agent = agent or AgentConfig()
         self._leases = leases or NoLeases()
+        self._running: dict[str, tuple[asyncio.Task[Any], Identity]] = {}
         self._event_log = event_log
+        self._sessions = sessions
 
     async def run(self, request: ChatRequested, *, redelivered: bool = False) -> TurnResult:
         """Runs the turn (or resumes it when ``redelivered``)."""
@@ -159,13 +164,36 @@ class TurnRunner:
             emit = self._emitter(request, Replay(previous))
             final = await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
             return TurnResult(Outcome.ANSWERED, final)
+        if await self._unknown_session(identity, request.session_id):
+            emit = self._emitter(request, Replay(previous))
+            final = await emit(
+                TurnEventKind.ERROR,
+                error_code=SESSION_NOT_FOUND,
+                error_message=f"session {request.session_id} not found",
+            )
+            return TurnResult(Outcome.ANSWERED, final)
         # A session's checkpoint thread belongs to its tenant and user: another caller's session id
         # names another thread.
-        thread = f"{identity.tenant_id}/{identity.user_id}/{request.session_id or request.turn_id}"
+        thread = thread_id(identity, request.session_id or request.turn_id)
         async with self._leases.hold(thread) as held:
             if not held:
                 return TurnResult(Outcome.BUSY)
             return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous))
+
+    async def _unknown_session(self, identity: Identity, session_id: str | None) -> bool:
+        """True when the turn names a session the asker has not (another user's reads as unknown)."""
+        if not session_id or self._sessions is None:
+            return False
+        return await self._sessions.get(identity, session_id) is None
+
+    def cancel(self, turn_id: str, asker: Identity) -> bool:
+        """Stops ``turn_id`` when this replica runs it for ``asker``; it ends with a ``cancelled``
+        event. False when it is not running here (or is another user's)."""
+        running = self._running.get(turn_id)
+        if running is None or running[1] != asker:
+            return False
+        running[0].cancel()
+        return True
 
     def _emitter(self, request: ChatRequested, replay: Replay) -> Callable[..., Awaitable[ChatTurnEvent]]:
         sequence = replay.next_sequence
@@ -218,18 +246,33 @@ class TurnRunner:
         question = Message(
             id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=request.message
         )
-        try:
-            await emit(TurnEventKind.STARTED)
+
+        async def invoke() -> Any:
             if not resuming:
-                state = await graph.ainvoke(
+                return await graph.ainvoke(
                     {"messages": [question], "turn_id": request.turn_id, "question": request.message}, config
                 )
-            elif saved.next:
+            if saved.next:
                 span.add_event("turn resumed", {"node": ",".join(saved.next)})
                 log.info("turn resumed from its checkpoint", turn_id=request.turn_id, next=list(saved.next))
-                state = await graph.ainvoke(None, config)
-            else:
-                state = values  # the graph had finished; only the final event was missing
+                return await graph.ainvoke(None, config)
+            return values  # the graph had finished; only the final event was missing
+
+        identity = require_identity()
+        try:
+            await emit(TurnEventKind.STARTED)
+            task = asyncio.create_task(invoke())
+            self._running[request.turn_id] = (task, identity)
+            try:
+                state = await task
+            finally:
+                self._running.pop(request.turn_id, None)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the replica is stopping, not the user: the turn is delivered again
+            span.add_event("turn cancelled")
+            return await emit(TurnEventKind.CANCELLED, text="".join(runtime.text))
         except TurnError as error:
             span.set_attribute(attributes.ERROR_CODE, error.code)
             return await emit(TurnEventKind.ERROR, error_code=error.code, error_message=error.message)
@@ -253,6 +296,10 @@ class TurnRunner:
             removed_citations=runtime.removed_citations,
         )
         await self._announce(request, cited, runtime)
+        if request.session_id and self._sessions is not None:
+            await self._sessions.count_turn(
+                identity, request.session_id, title_from(request.message), final.occurred_at
+            )
         return final
 
     async def _announce(
@@ -285,6 +332,7 @@ class TurnRunner:
 
 __all__ = [
     "IDENTITY_REQUIRED",
+    "SESSION_NOT_FOUND",
     "TURN_FAILED",
     "CapabilityUnavailable",
     "EventLog",

@@ -54,6 +54,9 @@ def build_bus() -> GatewayBus:
 
     @router.subscriber(
         TURN_EVENTS,
+        # Turn events are published through JetStream, whose publish waits for the stream's
+        # acknowledgement on the reply subject: a reply from here would race it.
+        no_reply=True,
         title="gateway:turn-events",
         description="Feeds the chat requests of this gateway, each streaming its own turn as SSE.",
     )

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import Field
 
+from knowsphere_clients import ConversationClient
 from knowsphere_contracts.events import (
     MAX_KNOWLEDGE_BASES_PER_TURN,
     MAX_MESSAGE_CHARS,
@@ -76,11 +77,18 @@ def build_chat_router(
     events: Fanout[ChatTurnEvent],
     caller: Callable[..., Caller],
     turn_timeout_seconds: float,
+    conversation: ConversationClient,
     stored_events: StoredEvents | None = None,
 ) -> APIRouter:
     """``events`` is fed by the bus's subscriber of turn events; ``turn_timeout_seconds`` is the longest
     wait for a turn's next event; ``stored_events`` reads what the events stream keeps of a turn."""
     router = APIRouter(prefix="/api/v1", tags=["chat"])
+
+    async def existing_session(body: ChatTurnRequest, who: Annotated[Caller, Depends(caller)]) -> None:
+        # Checked before the stream starts, so an unknown (or another user's) session is a plain 404.
+        if body.session_id:
+            with who.bound():
+                await conversation.get_session(body.session_id)
 
     async def own_turn(turn_id: str, who: Annotated[Caller, Depends(caller)]) -> str:
         # Checked before the stream starts, so a turn that is not the caller's is a plain 404.
@@ -140,7 +148,11 @@ def build_chat_router(
     @router.post(
         "/chat/turns",
         response_class=EventSourceResponse,
-        responses={200: {"description": "the turn's events; the last one is `completed` or `error`"}},
+        responses={
+            200: {"description": "the turn's events; the last one is `completed`, `cancelled` or `error`"},
+            404: {"description": "the session is not the caller's"},
+        },
+        dependencies=[Depends(existing_session)],
     )
     async def chat_turn(
         body: ChatTurnRequest, request: Request, who: Annotated[Caller, Depends(caller)]

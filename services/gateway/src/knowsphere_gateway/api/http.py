@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from knowsphere_clients import IngestionClient, ModelHubClient, RetrievalClient
+from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import caller_dependency
@@ -21,6 +21,7 @@ from knowsphere_gateway.api.knowledge import build_knowledge_router, knowledge_b
 from knowsphere_gateway.api.models import build_models_router
 from knowsphere_gateway.api.progress import build_progress_router
 from knowsphere_gateway.api.search import build_search_router
+from knowsphere_gateway.api.sessions import build_sessions_router
 from knowsphere_gateway.api.uploads import build_uploads_router
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
@@ -42,6 +43,7 @@ class GatewayContext:
     modelhub: ModelHubClient
     retrieval: RetrievalClient
     ingestion: IngestionClient
+    conversation: ConversationClient
     stored_turn_events: StoredEvents | None = None
 
 
@@ -62,9 +64,12 @@ def create_app(ctx: GatewayContext) -> FastAPI:
     kb_exists = knowledge_base_exists(ctx.ingestion, caller)
 
     app.include_router(
-        build_chat_router(ctx.bus, ctx.chat_events, caller, ctx.chat_turn_timeout, ctx.stored_turn_events)
+        build_chat_router(
+            ctx.bus, ctx.chat_events, caller, ctx.chat_turn_timeout, ctx.conversation, ctx.stored_turn_events
+        )
     )
     app.include_router(build_models_router(ctx.modelhub, caller))
+    app.include_router(build_sessions_router(ctx.conversation, caller))
     app.include_router(build_search_router(ctx.retrieval, caller))
     app.include_router(build_knowledge_router(ctx.ingestion, caller))
     app.include_router(build_uploads_router(ctx.ingestion, caller, kb_exists))

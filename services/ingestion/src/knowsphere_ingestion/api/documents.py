@@ -19,7 +19,6 @@ from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.api import lookup
 from knowsphere_ingestion.api.convert import document_pb
-from knowsphere_ingestion.api.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.api.replies import reply
 from knowsphere_ingestion.api.runs import Runs, new_run_id
 from knowsphere_ingestion.domain.records import Document, Progress
@@ -27,6 +26,7 @@ from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.storage.blobs import BlobStore
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import RequestError, invalid
+from knowsphere_sqlstore.pages import decode_page_token, encode_page_token
 
 log = structlog.get_logger(__name__)
 

@@ -29,7 +29,6 @@ from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.store import DuplicateName, IngestionStore
 from knowsphere_ingestion.api import lookup
 from knowsphere_ingestion.api.convert import knowledge_base_pb
-from knowsphere_ingestion.api.page_tokens import decode_page_token, encode_page_token
 from knowsphere_ingestion.api.replies import reply
 from knowsphere_ingestion.api.runs import Runs
 from knowsphere_ingestion.domain.records import ChunkingSettings, KnowledgeBase, Migration
@@ -38,6 +37,7 @@ from knowsphere_ingestion.stages.retrieval_messages import configure_knowledge_b
 from knowsphere_ingestion.storage.blobs import BlobStore
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import RequestError, invalid, not_found, precondition
+from knowsphere_sqlstore.pages import decode_page_token, encode_page_token
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,42 @@
+"""The conversation client: sessions, their messages and cancelling turns (chat turns themselves go
+through the bus)."""
+
+from __future__ import annotations
+
+from knowsphere.conversation.v1 import conversation_pb2 as cpb
+from knowsphere_clients.base import ServiceClient
+
+
+class ConversationClient(ServiceClient):
+    service = "conversation"
+
+    async def create_session(self, request: cpb.CreateSessionRequest) -> cpb.Session:
+        response: cpb.CreateSessionResponse = await self._call("CreateSession", request)
+        return response.session
+
+    async def get_session(self, session_id: str) -> cpb.Session:
+        response: cpb.GetSessionResponse = await self._call(
+            "GetSession", cpb.GetSessionRequest(session_id=session_id)
+        )
+        return response.session
+
+    async def list_sessions(self, request: cpb.ListSessionsRequest) -> cpb.ListSessionsResponse:
+        response: cpb.ListSessionsResponse = await self._call("ListSessions", request)
+        return response
+
+    async def update_session(self, request: cpb.UpdateSessionRequest) -> cpb.Session:
+        response: cpb.UpdateSessionResponse = await self._call("UpdateSession", request)
+        return response.session
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._call("DeleteSession", cpb.DeleteSessionRequest(session_id=session_id))
+
+    async def list_messages(self, request: cpb.ListMessagesRequest) -> cpb.ListMessagesResponse:
+        response: cpb.ListMessagesResponse = await self._call("ListMessages", request)
+        return response
+
+    async def cancel_turn(self, turn_id: str, session_id: str = "") -> bool:
+        response: cpb.CancelTurnResponse = await self._call(
+            "CancelTurn", cpb.CancelTurnRequest(turn_id=turn_id, session_id=session_id)
+        )
+        return response.cancelled
