@@ -8,12 +8,14 @@ uses a tenant of its own (identity headers), so a default model set here reaches
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
+
+from knowsphere.memory.v1 import memory_pb2 as mpb
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.rpc import open_channel
 
 from .test_gateway_ingestion import create_kb, events, upload
 
@@ -311,3 +318,35 @@ def test_a_cancelled_turn_stops_and_says_so(stack: Any, model_server: ScriptedPr
         assert seen[-1][1]["text"].startswith("Once upon a time") and "story" not in seen[-1][1]["text"]
         again = http.post(f"/chat/turns/{seen[0][1]['turn_id']}/cancel")
         assert again.json() == {"cancelled": False}
+
+
+def test_memory_hears_what_the_user_asked_it_to_remember_and_which_documents_answers_cite(stack: Any) -> None:
+    headers = tenant()
+    with client(stack, headers) as http:
+        kb_id, document_id = ready_kb(http)
+        ask(http, "记住：我在财务部工作")
+        for question in (
+            "How many days of annual leave do employees get?",
+            "Can unused annual leave be carried over?",
+        ):
+            turn = ask(http, question, knowledge_base_ids=[kb_id])
+            assert turn[-1][1]["citations"][0]["document_id"] == document_id
+    caller = Identity(headers["x-ks-tenant-id"], headers["x-ks-user-id"])
+
+    async def read() -> tuple[Any, Any]:
+        contract = CONTRACTS["memory"]
+        async with open_channel(stack.grpc_addr("memory"), services=[contract.descriptor]) as channel:
+            stub = contract.stub(channel)
+            with bound_identity(caller):
+                items = await stub.ListMemoryItems(mpb.ListMemoryItemsRequest())
+                deadline = time.monotonic() + 30
+                while True:  # turn completions reach memory through JetStream, a moment later
+                    frequent = await stub.ListFrequentDocuments(mpb.ListFrequentDocumentsRequest())
+                    if frequent.documents or time.monotonic() > deadline:
+                        return items, frequent
+                    await asyncio.sleep(0.2)
+
+    items, frequent = asyncio.run(read())
+    assert [i.content for i in items.items] == ["我在财务部工作"]
+    [consulted] = frequent.documents
+    assert (consulted.document_id, consulted.hit_count) == (document_id, 2)

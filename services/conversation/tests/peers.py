@@ -14,6 +14,7 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_clients.errors import FailedPrecondition, ModelFailure, ServiceError
+from knowsphere_conversation.domain.graph import Summary
 from knowsphere_runtime.identity import Identity
 
 CALLER = Identity("acme", "alice")
@@ -118,15 +119,38 @@ class Tools:
 
 
 class Memory:
-    def __init__(self, background: str = "", handoff: str = "") -> None:
+    """Memory as the graph sees it: fixed background and summary; records what the turn asked of it."""
+
+    def __init__(self, background: str = "", handoff: str = "", *, compacts_to: str = "") -> None:
         self._background = background
-        self._handoff = handoff
+        self._summary = Summary(text=handoff, revision=1 if handoff else 0)
+        self._compacts_to = compacts_to
+        self.statements: list[str] = []
+        self.compactions: list[dict[str, Any]] = []
+        self.notes: list[tuple[str, str, str]] = []
 
     async def background(self, knowledge_base_ids: Sequence[str], language: str) -> str:
         return self._background
 
-    async def handoff(self, session_id: str) -> str:
-        return self._handoff
+    async def summary(self, session_id: str) -> Summary:
+        return self._summary
+
+    async def working_memory(self, session_id: str) -> str:
+        return "\n".join(f"- {q} → {a}" for _, q, a in self.notes)
+
+    async def note_turn(self, session_id: str, turn_id: str, question: str, answer: str) -> None:
+        self.notes.append((turn_id, question, answer))
+
+    async def apply_statements(self, text: str, session_id: str, message_id: str) -> None:
+        self.statements.append(text)
+
+    async def compact(self, session_id: str, messages: Sequence[Any], **fields: Any) -> Summary | None:
+        self.compactions.append({"messages": list(messages), **fields})
+        if not self._compacts_to:
+            return None
+        # Everything but the current question is archived.
+        self._summary = Summary(self._compacts_to, messages[-2]["id"], self._summary.revision + 1)
+        return self._summary
 
 
 class Search:

@@ -396,3 +396,57 @@ async def test_a_second_turn_of_a_busy_session_waits_for_the_first() -> None:
     assert waiting.outcome is Outcome.BUSY and waiting.final is None
     assert done.outcome is Outcome.ANSWERED and after.outcome is Outcome.ANSWERED
     assert [e.turn_id for e in harness.events if e.is_final] == ["t-a", "t-b"]
+
+
+async def test_explicit_statements_come_only_from_the_users_own_message() -> None:
+    memory = Memory()
+    harness = Harness(Models(answer_with_tool), memory=memory)
+    await harness.ask("记住：我在财务部 — and how many days of leave do I get?")
+    # The tool result and the answer went by without reaching memory; only the question did.
+    assert memory.statements == ["记住：我在财务部 — and how many days of leave do I get?"]
+
+
+def sized(window: int, prompt_tokens: int, pieces: tuple[str, ...] = ("ok",)) -> list[mpb.ChatStreamResponse]:
+    started = mpb.ChatStreamResponse(started=mpb.ChatStarted(context_window=window))
+    usage = mpb.ChatStreamResponse(usage=mpb.TokenUsage(prompt_tokens=prompt_tokens, completion_tokens=3))
+    return [started, *(from_text(p) for p in pieces), usage]
+
+
+async def test_a_session_whose_last_prompt_filled_the_window_is_compacted_before_the_next_turn() -> None:
+    prompts_seen: list[list[str]] = []
+    fill = {"tokens": 1000}
+
+    def agent(request: mpb.ChatStreamRequest) -> list[Any]:
+        prompts_seen.append([m.content[0].text for m in request.messages if m.content])
+        return sized(10_000, fill["tokens"], (f"answer {len(prompts_seen)}",))
+
+    memory = Memory(compacts_to="Original request: the leave policy")
+    harness = Harness(Models(agent, intent="B"), memory=memory)
+    await harness.ask("first question", turn_id="t1")
+    assert memory.compactions == []  # 10% of the window: nothing to do
+    fill["tokens"] = 8600  # 86% of the window
+    await harness.ask("second question", turn_id="t2")
+    assert memory.compactions == []  # the trigger is the *previous* request's size
+    events = await harness.ask("third question", turn_id="t3")
+    [compaction] = memory.compactions
+    assert compaction["context_window"] == 10_000 and compaction["trigger_prompt_tokens"] == 8600
+    assert [m["content"] for m in compaction["messages"]][-1] == "third question"
+    assert "compacted" in kinds(events)
+    last = prompts_seen[-1]
+    assert any("Original request: the leave policy" in text for text in last)
+    # The compacted turns are no longer sent verbatim; the current question is.
+    assert not any(text in ("first question", "answer 1", "second question") for text in last)
+    assert last[-1].endswith("third question")
+
+
+async def test_each_finished_turn_is_noted_in_working_memory_for_query_understanding() -> None:
+    memory = Memory()
+    harness = Harness(Models(answer_with_tool), memory=memory)
+    await harness.ask("How many days of leave do I get?", turn_id="t1")
+    assert memory.notes == [
+        (
+            "t1",
+            "How many days of leave do I get?",
+            "Employees get 25 days of leave [[c1]]. Also 3 sick days .",
+        )
+    ]

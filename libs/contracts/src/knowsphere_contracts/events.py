@@ -82,6 +82,7 @@ class TurnEventKind(StrEnum):
     TOOL_STARTED = "tool_started"
     TOOL_FINISHED = "tool_finished"
     SOURCES = "sources"
+    COMPACTED = "compacted"
     TEXT_DELTA = "text_delta"
     CITATIONS = "citations"
     ERROR = "error"
@@ -128,7 +129,8 @@ class ChatTurnEvent(Event):
     loss. A turn always ends with exactly one ``completed``, ``error`` or ``cancelled`` event. Which
     fields are set depends on ``kind``: ``intent`` (intent, route, rewritten_query), ``tool_started`` /
     ``tool_finished`` (tool_call_id, tool_name; finished adds tool_ok, duration_ms, attempts, error
-    message), ``sources`` (citations: this turn's numbered sources), ``text_delta`` (text),
+    message), ``sources`` (citations: this turn's numbered sources), ``compacted`` (earlier turns were
+    summarised into the session's handoff document before this turn), ``text_delta`` (text),
     ``completed`` (text: the whole answer, citations: the sources it cites, answer_kind,
     removed_citations), ``cancelled`` (text: what was said before the cancel), ``error`` (error_code,
     error_message).

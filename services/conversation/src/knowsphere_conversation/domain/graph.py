@@ -13,6 +13,7 @@ view of :mod:`~knowsphere_conversation.domain.layout`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 import time
@@ -89,9 +90,32 @@ class Tools(Protocol):
     async def execute_tool(self, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse: ...
 
 
+@dataclass(frozen=True)
+class Summary:
+    """A session's handoff summary as the prompt uses it."""
+
+    text: str = ""
+    upto_message_id: str = ""
+    """The last message it covers; the history sent to the model starts after it."""
+    revision: int = 0
+
+
 class Memory(Protocol):
     async def background(self, knowledge_base_ids: Sequence[str], language: str) -> str: ...
-    async def handoff(self, session_id: str) -> str: ...
+    async def summary(self, session_id: str) -> Summary: ...
+    async def working_memory(self, session_id: str) -> str: ...
+    async def note_turn(self, session_id: str, turn_id: str, question: str, answer: str) -> None: ...
+    async def apply_statements(self, text: str, session_id: str, message_id: str) -> None: ...
+    async def compact(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        context_window: int,
+        trigger_prompt_tokens: int,
+        model_id: str,
+        expected_revision: int,
+    ) -> Summary | None: ...
 
 
 Search = Callable[[str, Sequence[str]], Awaitable[Sequence[rpb.SearchResult]]]
@@ -119,6 +143,8 @@ class TurnLimits:
     extract_sentences: int = 5
     extract_chars: int = 1200
     extract_top_k: int = 5
+    compaction_trigger_share: float = 0.85
+    """Compact the session when the previous request's prompt filled this share of the window."""
 
 
 @dataclass
@@ -155,6 +181,13 @@ class TurnState(TypedDict, total=False):
     no_model: bool
     background: str
     handoff: str
+    summary_upto: str
+    summary_revision: int
+    working: str
+    last_prompt_tokens: int
+    """Prompt tokens of the last main-model request (the compaction trigger)."""
+    context_window: int
+    """Context window of the chat model, as modelhub reported it."""
     sources: list[dict[str, Any]]
     """This turn's sources (Citation fields), in handle order."""
     tool_rounds: int
@@ -187,11 +220,53 @@ async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str,
 
 
 async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
-    """The handoff summary of the session and the asker's background for this turn."""
+    """Applies the user's explicit "remember: …" statements, compacts the session when the previous
+    request's prompt filled the window, and reads the handoff summary, working memory and the asker's
+    background for this turn."""
     turn = _runtime(config)
-    background = await turn.memory.background(turn.knowledge_base_ids, turn.language)
-    handoff = await turn.memory.handoff(turn.session_id) if turn.session_id else ""
-    return {"background": background, "handoff": handoff}
+    question = state["messages"][-1]
+    statements = turn.memory.apply_statements(state["question"], turn.session_id, question["id"])
+    background = turn.memory.background(turn.knowledge_base_ids, turn.language)
+    if not turn.session_id:
+        _, text = await asyncio.gather(statements, background)
+        return {"background": text, "handoff": "", "summary_upto": "", "working": ""}
+    _, text, summary, working = await asyncio.gather(
+        statements,
+        background,
+        turn.memory.summary(turn.session_id),
+        turn.memory.working_memory(turn.session_id),
+    )
+    window = state.get("context_window", 0)
+    used = state.get("last_prompt_tokens", 0)
+    if window and used >= turn.limits.compaction_trigger_share * window:
+        pending = _after(state.get("messages", []), summary.upto_message_id)
+        with tracer.start_as_current_span("conversation.compaction") as span:
+            span.set_attribute(attributes.COMPACTION_TRIGGER_TOKENS, used)
+            span.set_attribute(attributes.COMPACTION_CONTEXT_WINDOW, window)
+            compacted = await turn.memory.compact(
+                turn.session_id,
+                pending,
+                context_window=window,
+                trigger_prompt_tokens=used,
+                model_id=turn.agent.model_id,
+                expected_revision=summary.revision,
+            )
+        if compacted is not None:
+            summary = compacted
+            await turn.emit(TurnEventKind.COMPACTED)
+    return {
+        "background": text,
+        "handoff": summary.text,
+        "summary_upto": summary.upto_message_id,
+        "summary_revision": summary.revision,
+        "working": working,
+    }
+
+
+def _after(messages: Sequence[Message], message_id: str) -> list[Message]:
+    """The messages after ``message_id`` (all of them when it is empty or unknown)."""
+    ids = [m["id"] for m in messages]
+    return list(messages[ids.index(message_id) + 1 :]) if message_id in ids else list(messages)
 
 
 async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -199,14 +274,21 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     follows by rule."""
     turn = _runtime(config)
     question = state["question"]
-    history = finished_turns(state.get("messages", []), state["turn_id"], turn.limits.keep_turns)
+    history = finished_turns(
+        _after(state.get("messages", []), state.get("summary_upto", "")),
+        state["turn_id"],
+        turn.limits.keep_turns,
+    )
     no_model = False
     rewritten = question
     # Understanding only steers the turn: when the model cannot do it, the question goes on as asked
     # and the intent comes from the rules. Without any chat model the turn takes the extract path.
     if history:
         try:
-            rewritten = await _rewrite(turn, history, question, state.get("background", "")) or question
+            rewritten = (
+                await _rewrite(turn, history, state.get("working", ""), question, state.get("background", ""))
+                or question
+            )
         except ServiceError as error:
             no_model = is_model_missing(error)
             log.warning("query rewrite failed; the question is used as asked", error=str(error))
@@ -237,9 +319,14 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     return {"rewritten": rewritten, "intent": intent.value, "route": route.value, "no_model": no_model}
 
 
-async def _rewrite(turn: TurnRuntime, history: Sequence[Message], question: str, background: str) -> str:
-    recent = "\n".join(f"{m['role']}: {m['content'][:500]}" for m in history[-6:])
-    user = f"Conversation so far:\n{recent}\n\n"
+async def _rewrite(
+    turn: TurnRuntime, history: Sequence[Message], working: str, question: str, background: str
+) -> str:
+    # Working memory (the gist of recent questions and answers) is for query understanding only; the
+    # last exchange is given verbatim, since references point at it most of the time.
+    recent = "\n".join(f"{m['role']}: {m['content'][:500]}" for m in history[-2:])
+    user = f"Recent questions and answers (gist):\n{working}\n\n" if working else ""
+    user += f"Last exchange:\n{recent}\n\n"
     if background:
         user += f"About the asker:\n{background}\n\n"
     user += f"Latest question: {question}"
@@ -303,19 +390,35 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
             language=turn.language,
         ),
         handoff=state.get("handoff", ""),
-        history=finished_turns(messages, state["turn_id"], turn.limits.keep_turns),
+        history=finished_turns(
+            _after(messages, state.get("summary_upto", "")), state["turn_id"], turn.limits.keep_turns
+        ),
         context=context,
         turn=this_turn,
     )
 
 
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    calls: list[ToolCallRecord]
+    prompt_tokens: int
+    context_window: int
+
+    def sizes(self) -> dict[str, int]:
+        """The state's record of this request's size (the next turn's compaction trigger)."""
+        known = {"last_prompt_tokens": self.prompt_tokens}
+        return known | ({"context_window": self.context_window} if self.context_window else {})
+
+
 async def _stream_model(
     turn: TurnRuntime, request: mpb.ChatStreamRequest, handles: Sequence[str]
-) -> tuple[str, list[ToolCallRecord]]:
+) -> ModelReply:
     """Streams one model call's text to the client (citations checked) and gathers its tool calls."""
     citations = CitationFilter(handles)
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
+    prompt_tokens = context_window = 0
 
     async def show(piece: str) -> None:
         if piece:
@@ -334,7 +437,10 @@ async def _stream_model(
                 call["id"] = call["id"] or delta.id
                 call["name"] = call["name"] or delta.name
                 call["arguments"] += delta.arguments_delta
+            elif kind == "started":
+                context_window = event.started.context_window
             elif kind == "usage":
+                prompt_tokens = event.usage.prompt_tokens
                 for key in ("prompt_tokens", "completion_tokens"):
                     turn.usage[key] = turn.usage.get(key, 0) + getattr(event.usage, key)
                 if event.usage.HasField("cached_prompt_tokens"):
@@ -353,7 +459,7 @@ async def _stream_model(
         for _, c in sorted(calls.items())
         if c["name"]
     ]
-    return "".join(text), records
+    return ModelReply("".join(text), records, prompt_tokens, context_window)
 
 
 async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -384,13 +490,14 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         )
         request.tool_choice.mode = mode
     handles = [s["handle"] for s in state.get("sources", [])]
-    text, calls = await _stream_model(turn, request, handles)
-    if rounds >= turn.limits.max_tool_rounds:
-        calls = []
-    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=not calls)
+    reply = await _stream_model(turn, request, handles)
+    calls = reply.calls if rounds < turn.limits.max_tool_rounds else []
+    message = Message(
+        id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=not calls
+    )
     if calls:
         message["tool_calls"] = calls
-    return {"messages": [message], "tool_rounds": rounds + (1 if calls else 0)}
+    return {"messages": [message], "tool_rounds": rounds + (1 if calls else 0), **reply.sizes()}
 
 
 def after_agent(state: TurnState) -> str:
@@ -536,12 +643,11 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     request = mpb.ChatStreamRequest(
         model_id=turn.agent.model_id, purpose=PURPOSE_GENERATE, messages=_prompt(turn, state)
     )
-    text, _ = await _stream_model(turn, request, ())
-    return {
-        "messages": [
-            Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
-        ]
-    }
+    reply = await _stream_model(turn, request, ())
+    message = Message(
+        id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True
+    )
+    return {"messages": [message], **reply.sizes()}
 
 
 async def _fixed_answer(turn: TurnRuntime, state: TurnState, texts: dict[str, str]) -> dict[str, Any]:

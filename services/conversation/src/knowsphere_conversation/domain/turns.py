@@ -21,6 +21,7 @@ import contextlib
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
@@ -288,6 +289,17 @@ class TurnRunner:
         span.set_attribute(attributes.ANSWER_KIND, answer_kind.value)
         span.set_attribute(attributes.CITATIONS_REMOVED, runtime.removed_citations)
         span.set_attribute(attributes.SOURCES_COUNT, len(sources))
+        # What the turn leaves behind is written before its final event, so a client that sees the
+        # answer also sees the session, its memory and its affinity updated. (Delivered again after a
+        # crash in between, the turn announces once more and JetStream keeps one copy.)
+        await self._announce(request, cited, runtime)
+        if request.session_id:
+            question = state.get("rewritten") or request.message
+            await self._memory.note_turn(request.session_id, request.turn_id, question, text)
+            if self._sessions is not None and not any(e.kind is TurnEventKind.COMPLETED for e in previous):
+                await self._sessions.count_turn(
+                    identity, request.session_id, title_from(request.message), datetime.now(UTC)
+                )
         final = await emit(
             TurnEventKind.COMPLETED,
             text=text,
@@ -295,11 +307,6 @@ class TurnRunner:
             answer_kind=answer_kind,
             removed_citations=runtime.removed_citations,
         )
-        await self._announce(request, cited, runtime)
-        if request.session_id and self._sessions is not None:
-            await self._sessions.count_turn(
-                identity, request.session_id, title_from(request.message), final.occurred_at
-            )
         return final
 
     async def _announce(
