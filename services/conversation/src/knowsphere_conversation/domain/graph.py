@@ -292,7 +292,7 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         except ServiceError as error:
             no_model = is_model_missing(error)
             log.warning("query rewrite failed; the question is used as asked", error=str(error))
-    intent, method, probability = rule_intent(question), "rule", 1.0
+    intent, method, probability = rule_intent(question, has_history=bool(history)), "rule", 1.0
     if not no_model:
         try:
             intent, method, probability = await _decide_intent(turn, history, rewritten)
@@ -349,16 +349,34 @@ async def _rewrite(
 async def _decide_intent(
     turn: TurnRuntime, history: Sequence[Message], question: str
 ) -> tuple[Intent, str, float]:
-    context = "\n".join(f"{m['role']}: {m['content'][:300]}" for m in history[-4:])
+    lines = [(m["role"], m["content"]) for m in history[-4:]]
+    return await decide_intent(turn.models, turn.agent.model_id, lines, question)
+
+
+async def decide_intent(
+    models: Models,
+    model_id: str,
+    history: Sequence[tuple[str, str]],
+    question: str,
+    *,
+    has_image: bool = False,
+    has_document: bool = False,
+) -> tuple[Intent, str, float]:
+    """The intent of ``question`` (after ``history``, (role, text) pairs) by modelhub's Decide:
+    (intent, method, probability). A short request of its own, never sharing the main prefix."""
+    context = "\n".join(f"{role}: {text[:300]}" for role, text in history)
+    attached = [n for n, on in (("an image", has_image), ("a file", has_document)) if on]
     text = (f"Recent conversation:\n{context}\n\n" if context else "") + f"Latest message: {question}"
+    if attached:
+        text += f"\n(The message has {' and '.join(attached)} attached.)"
     request = mpb.DecideRequest(
-        model_id=turn.agent.model_id,
+        model_id=model_id,
         purpose=PURPOSE_INTENT,
         prompt=prompts.INTENT_PROMPT,
         messages=[mpb.ChatMessage(role=ChatRole.USER.to_proto(), content=[mpb.ContentPart(text=text)])],
         labels=[mpb.DecisionLabel(name=code, description=desc) for code, desc in prompts.intent_labels()],
     )
-    response = await turn.models.decide(request)
+    response = await models.decide(request)
     intent = BY_CODE.get(response.label, Intent.KB_SEARCH)
     method = "logprobs" if response.method == mpb.DECISION_METHOD_LOGPROBS else "json"
     return intent, method, response.probability

@@ -71,17 +71,61 @@ def route_for(
 
 
 _GREETING = re.compile(
-    r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks?( you)?|thank you|bye|goodbye|"
-    r"你好|您好|嗨|哈喽|早上好|下午好|晚上好|谢谢|多谢|感谢|再见|拜拜)"
-    r"[\s!！。.,，~～?？]*(there|all|everyone|大家)?[\s!！。.,，~～?？]*$",
+    r"^\s*(?:(?:hi|hello|hey|hiya|good\s+(?:morning|afternoon|evening|night)|thanks?(?:\s+you)?(?:\s+so\s+much)?"
+    r"|thank\s+you(?:\s+so\s+much)?|cheers|bye|goodbye|see\s+you|happy\s+new\s+year|merry\s+christmas"
+    r"|你好|您好|嗨|哈喽|哈啰|早上好|早安|上午好|中午好|下午好|晚上好|晚安|在吗|在不在|谢谢|多谢|感谢|辛苦了|再见|拜拜"
+    r"|新年快乐|节日快乐|中秋快乐|春节快乐)"
+    r"[\s,，.。!！~～?？:;)(）（呀啊呢哈哦喔嘛]*(?:there|all|everyone|team|大家|小助手|助手|你)?)+"
+    r"[\s,，.。!！~～?？:;)(）（呀啊呢哈哦喔嘛]*$",
+    re.IGNORECASE,
+)
+_WEB = re.compile(
+    r"最新|最近|今天|今日|明天|现在|当前|目前|实时|汇率|天气|股价|新闻|热搜|比较火|热门|刚刚发布"
+    r"|\b(?:latest|today|tonight|tomorrow|current(?:ly)?|right now|news|weather|stock price|exchange rate"
+    r"|recent(?:ly)?|trending|this week|this year)\b",
+    re.IGNORECASE,
+)
+_SUMMARY = re.compile(
+    r"总结|概括|汇总|归纳|梳理|概述|摘要|提炼|要点"
+    r"|\b(?:summar(?:y|ise|ize)|overview|outline|recap|key points|tl;?dr)\b",
+    re.IGNORECASE,
+)
+_CLARIFY = re.compile(
+    r"什么意思|展开讲|展开说|再简单|说得再|没看懂|不太懂|你的意思|你刚才|你说的|上面(?:这|那|的)|前面(?:说|提)|哪个对|到底是"
+    r"|\b(?:what do you mean|elaborate|explain (?:that|this|it) (?:again|more)|you (?:just )?said|clarify"
+    r"|in simpler terms|which one is (?:it|right)|did you mean)\b",
+    re.IGNORECASE,
+)
+_CHITCHAT = re.compile(
+    r"^(?:你是谁|你叫什么|你能(?:帮我)?做(?:些)?什么|你会什么|你是用什么|讲个笑话|给我讲个笑话|好累|好无聊|哈哈|你好吗)"
+    r"|笑话|无聊|好累|你还挺"
+    r"|\b(?:who are you|what can you do|tell me a joke|how are you|are you (?:a bot|human)"
+    r"|you(?:'re| are) (?:funny|slow|fast|great))\b",
     re.IGNORECASE,
 )
 
 
-def rule_intent(question: str) -> Intent:
-    """The intent without a model: a bare greeting or thanks is a greeting, anything else a question
-    for the knowledge base."""
-    return Intent.GREETING if _GREETING.match(question) else Intent.KB_SEARCH
+def rule_intent(
+    question: str, *, has_image: bool = False, has_document: bool = False, has_history: bool = False
+) -> Intent:
+    """The intent without a model, from plain cues: an attachment decides first (image_only,
+    doc_only), then greetings, requests about the previous answer (with a history), web cues
+    (latest, today …), summary requests and small talk; anything else is a knowledge-base question."""
+    if has_document:
+        return Intent.DOC_ONLY
+    if has_image:
+        return Intent.IMAGE_ONLY
+    if _GREETING.match(question):
+        return Intent.GREETING
+    if has_history and _CLARIFY.search(question):
+        return Intent.CLARIFICATION
+    if _WEB.search(question):
+        return Intent.WEB_SEARCH
+    if _SUMMARY.search(question):
+        return Intent.SUMMARIZE
+    if _CHITCHAT.search(question):
+        return Intent.CHITCHAT
+    return Intent.KB_SEARCH
 
 
 __all__ = [
