@@ -125,7 +125,9 @@ def test_the_rules_used_without_a_model_get_most_of_the_set_right() -> None:
     """Without a chat model the rules route the turn: they must get the obvious cases (attachments,
     greetings, web and summary cues) right, measured over the whole labelled set by the eval script."""
     script = Path(__file__).resolve().parents[1] / "eval" / "eval_intent.py"
-    done = subprocess.run([sys.executable, str(script), "--rules"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, str(script), "--rules"], capture_output=True, text=True, check=True
+    )
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["method"] == "rules" and figures["rows"] >= 150
     assert figures["accuracy"] >= 0.75, figures["confusion"]
