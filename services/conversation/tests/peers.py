@@ -47,12 +47,22 @@ def no_model() -> ServiceError:
 class Models:
     """modelhub as the graph sees it; ``agent`` answers the main requests, ``intent`` names the label."""
 
-    def __init__(self, agent: Script, intent: str = "E", *, missing: bool = False) -> None:
+    def __init__(
+        self, agent: Script, intent: str = "E", *, missing: bool = False, vision: str | None = "a bar chart"
+    ) -> None:
         self.agent = agent
         self.intent = intent
         self.missing = missing
+        self.vision = vision  # what the vision model sees in any image; None: no vision model configured
         self.requests: list[mpb.ChatStreamRequest] = []
         self.decisions: list[mpb.DecideRequest] = []
+        self.described: list[mpb.DescribeImageRequest] = []
+
+    async def describe(self, request: mpb.DescribeImageRequest) -> mpb.DescribeImageResponse:
+        self.described.append(request)
+        if self.vision is None:
+            raise no_model()
+        return mpb.DescribeImageResponse(description=self.vision)
 
     async def decide(self, request: mpb.DecideRequest) -> mpb.DecideResponse:
         if self.missing:

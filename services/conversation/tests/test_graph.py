@@ -23,7 +23,7 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients.errors import ModelFailure, ResourceExhausted
 from knowsphere_contracts.events import AnswerKind, ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
-from knowsphere_conversation.domain.graph import TurnLimits, build_graph
+from knowsphere_conversation.domain.graph import AgentConfig, TurnLimits, build_graph
 from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, Outcome, TurnRunner
 from knowsphere_runtime.identity import Identity, bound_identity
 
@@ -450,3 +450,56 @@ async def test_each_finished_turn_is_noted_in_working_memory_for_query_understan
             "Employees get 25 days of leave [[c1]]. Also 3 sick days .",
         )
     ]
+
+
+async def test_an_image_link_is_described_for_the_turn_and_kept_out_of_the_question_text() -> None:
+    models = Models(lambda r: text("It shows sales rising."), intent="C")
+    harness = Harness(models)
+    events = await harness.ask("这张图说明了什么趋势？ https://example.com/q3-sales.png")
+    assert events[-1].kind is TurnEventKind.COMPLETED
+    [described] = models.described
+    assert described.image.url == "https://example.com/q3-sales.png"
+    assert "(The message has an image attached.)" in models.decisions[0].messages[0].content[0].text
+    assert "https://example.com" not in models.decisions[0].messages[0].content[0].text
+    question = models.requests[-1].messages[-1]
+    assert "The attached image shows: a bar chart" in question.content[0].text
+    assert len(question.content) == 1  # the default agent's model reads no images: only their description
+
+
+async def test_an_agent_whose_model_reads_images_gets_them_as_image_parts() -> None:
+    models = Models(lambda r: text("A chart."), intent="C")
+    harness = Harness(models)
+    harness.runner._agent = AgentConfig(vision=True)  # type: ignore[attr-defined]
+    data_url = (
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9"
+        "awAAAABJRU5ErkJggg=="
+    )
+    with bound_identity(CALLER):
+        await harness.runner.run(
+            ChatRequested(turn_id="t-img", session_id="s1", message="what is this?", images=[data_url])
+        )
+    question = models.requests[-1].messages[-1]
+    assert [p.WhichOneof("part") for p in question.content] == ["text", "image"]
+    assert question.content[1].image.url == data_url
+    state = await harness.graph.aget_state({"configurable": {"thread_id": "acme/alice/s1"}})
+    kept = [m["content"] for m in state.values["messages"] if m["role"] == "user"]
+    assert kept == ["what is this? [image image/png]"]  # the history keeps no image bytes
+
+
+async def test_an_image_without_a_vision_model_ends_the_turn_with_a_friendly_error() -> None:
+    models = Models(lambda r: text("never"), vision=None)
+    harness = Harness(models)
+    events = await harness.ask("what is in https://example.com/photo.jpg ?")
+    assert events[-1].kind is TurnEventKind.ERROR and events[-1].error_code == "vision_unavailable"
+    assert "Add a model of type VLM" in (events[-1].error_message or "")
+    assert models.requests == []
+
+
+async def test_something_that_is_not_an_image_is_refused_naming_the_field() -> None:
+    harness = Harness(Models(lambda r: text("never")))
+    with bound_identity(CALLER):
+        result = await harness.runner.run(
+            ChatRequested(turn_id="t-bad", message="look", images=["ftp://x/y.png"])
+        )
+    assert result.final is not None and result.final.error_code == "invalid_input"
+    assert (result.final.error_message or "").startswith("images: ")

@@ -269,6 +269,13 @@ class ModelHubClient(ServiceClient):
         response: mpb.DecideResponse = await self._call("Decide", request, timeout=self._call_timeout)
         return response
 
+    async def describe(self, request: mpb.DescribeImageRequest) -> mpb.DescribeImageResponse:
+        """A description of an image given by URL or bytes (the tenant's default VLM unless named)."""
+        response: mpb.DescribeImageResponse = await self._call(
+            "DescribeImage", request, timeout=self._embed_timeout
+        )
+        return response
+
     async def describe_image(
         self, data: bytes, mime_type: str, *, language: str = "", purpose: str = "", prompt: str = ""
     ) -> str:

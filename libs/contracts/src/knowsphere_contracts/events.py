@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,10 @@ from knowsphere_contracts.vocabulary import DocumentStatus
 MAX_MESSAGE_CHARS = 32_000
 MAX_KNOWLEDGE_BASES_PER_TURN = 20
 MAX_SESSION_ID_CHARS = 64
+MAX_IMAGES_PER_MESSAGE = 4
+MAX_IMAGE_REF_CHARS = 700_000
+"""An image travels by URL or as a data URL; a data URL this long is about 500 KiB of image (NATS
+carries messages of up to 1 MiB). Larger images go by URL."""
 
 
 def _now() -> datetime:
@@ -73,6 +77,11 @@ class ChatRequested(Event):
     knowledge_graph: bool = Field(default=False, description="the knowledge-graph tool is on this turn")
     language: str = Field(
         default="", max_length=35, description="answer language (BCP-47); empty: the question's"
+    )
+    images: list[Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_IMAGES_PER_MESSAGE,
+        description="the message's images: http(s) or data:image/…;base64 URLs (links in the text count too)",
     )
 
 

@@ -41,6 +41,7 @@ from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
 from knowsphere_conversation.domain import prompts
 from knowsphere_conversation.domain.citations import CitationFilter, clean_citations
 from knowsphere_conversation.domain.extractive import Passage, extract_answer
+from knowsphere_conversation.domain.images import ImageRef
 from knowsphere_conversation.domain.intents import BY_CODE, route_for, rule_intent
 from knowsphere_conversation.domain.layout import (
     Message,
@@ -57,6 +58,7 @@ PURPOSE_AGENT = "conversation.agent"
 PURPOSE_GENERATE = "conversation.generate"
 PURPOSE_REWRITE = "conversation.rewrite"
 PURPOSE_INTENT = "conversation.intent"
+PURPOSE_IMAGE = "conversation.image"
 RETRIEVAL_HANDLE = "retrieval_handle"
 """Key of a source's retrieval handle in the state (beside the Citation fields)."""
 CITATION_FIELDS = frozenset(Citation.model_fields)
@@ -83,6 +85,7 @@ def model_error(error: ServiceError) -> TurnError:
 class Models(Protocol):
     def chat_stream(self, request: mpb.ChatStreamRequest) -> Any: ...  # AsyncIterator[ChatStreamResponse]
     async def decide(self, request: mpb.DecideRequest) -> mpb.DecideResponse: ...
+    async def describe(self, request: mpb.DescribeImageRequest) -> mpb.DescribeImageResponse: ...
 
 
 class Tools(Protocol):
@@ -134,6 +137,9 @@ class AgentConfig:
     """Empty: every selectable tool (trimmed by the turn's switches)."""
     skills: tuple[tuple[str, str], ...] = ()
     """Bound skills as (name, description)."""
+    vision: bool = False
+    """The agent's model reads images (its model types include VLM): a message's images go to it as
+    image parts; otherwise only their description does."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,8 @@ class TurnRuntime:
     web_search: bool = False
     knowledge_graph: bool = False
     language: str = ""
+    images: tuple[ImageRef, ...] = ()
+    """This turn's images (not checkpointed: a redelivered turn brings them again)."""
     # What the turn found out while running (read by the runner for the final event).
     text: list[str] = field(default_factory=list)
     removed_citations: int = 0
@@ -192,6 +200,7 @@ class TurnState(TypedDict, total=False):
     """This turn's sources (Citation fields), in handle order."""
     tool_rounds: int
     answer_kind: str
+    image_description: str
 
 
 def _runtime(config: RunnableConfig) -> TurnRuntime:
@@ -216,6 +225,7 @@ async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str,
         "tool_rounds": 0,
         "no_model": False,
         "answer_kind": AnswerKind.GENERATED.value,
+        "image_description": "",
     }
 
 
@@ -281,6 +291,7 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     )
     no_model = False
     rewritten = question
+    description = await _describe_images(turn) if turn.images else ""
     # Understanding only steers the turn: when the model cannot do it, the question goes on as asked
     # and the intent comes from the rules. Without any chat model the turn takes the extract path.
     if history:
@@ -292,7 +303,12 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         except ServiceError as error:
             no_model = is_model_missing(error)
             log.warning("query rewrite failed; the question is used as asked", error=str(error))
-    intent, method, probability = rule_intent(question, has_history=bool(history)), "rule", 1.0
+    has_image = bool(turn.images)
+    intent, method, probability = (
+        rule_intent(question, has_image=has_image, has_history=bool(history)),
+        "rule",
+        1.0,
+    )
     if not no_model:
         try:
             intent, method, probability = await _decide_intent(turn, history, rewritten)
@@ -316,7 +332,38 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         rewritten_query=rewritten if rewritten != question else None,
     )
     log.info("intent decided", intent=intent.value, route=route.value, method=method, probability=probability)
-    return {"rewritten": rewritten, "intent": intent.value, "route": route.value, "no_model": no_model}
+    return {
+        "rewritten": rewritten,
+        "intent": intent.value,
+        "route": route.value,
+        "no_model": no_model,
+        "image_description": description,
+    }
+
+
+VISION_UNAVAILABLE = "vision_unavailable"
+
+
+async def _describe_images(turn: TurnRuntime) -> str:
+    """What the turn's images show, through modelhub's vision model (for retrieval and the context)."""
+    descriptions = []
+    for number, image in enumerate(turn.images, start=1):
+        request = mpb.DescribeImageRequest(
+            image=image.to_input(), language=turn.language, purpose=PURPOSE_IMAGE
+        )
+        try:
+            response = await turn.models.describe(request)
+        except ServiceError as error:
+            if is_model_missing(error):
+                raise TurnError(
+                    VISION_UNAVAILABLE,
+                    "This message has an image, but no vision model is configured. "
+                    "Add a model of type VLM under Models to ask about images.",
+                ) from error
+            raise model_error(error) from error
+        label = f"Image {number}: " if len(turn.images) > 1 else ""
+        descriptions.append(label + response.description.strip())
+    return "\n".join(descriptions)
 
 
 async def _rewrite(
@@ -350,7 +397,7 @@ async def _decide_intent(
     turn: TurnRuntime, history: Sequence[Message], question: str
 ) -> tuple[Intent, str, float]:
     lines = [(m["role"], m["content"]) for m in history[-4:]]
-    return await decide_intent(turn.models, turn.agent.model_id, lines, question)
+    return await decide_intent(turn.models, turn.agent.model_id, lines, question, has_image=bool(turn.images))
 
 
 async def decide_intent(
@@ -395,11 +442,11 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
     this_turn = [m for m in messages if m["turn_id"] == state["turn_id"]]
     context = prompts.turn_context(
         rewritten=state.get("rewritten", "") if state.get("rewritten") != state["question"] else "",
-        image_description="",
+        image_description=state.get("image_description", ""),
         skills=(),
         background=state.get("background", ""),
     )
-    return build_request_messages(
+    request = build_request_messages(
         system=prompts.system_segment(turn.agent.identity, turn.agent.skills),
         task=prompts.task_segment(
             knowledge_bases=len(turn.knowledge_base_ids),
@@ -414,6 +461,11 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
         context=context,
         turn=this_turn,
     )
+    if turn.agent.vision and turn.images:
+        # The question (first message of this turn) carries the images for a model that reads them.
+        question = request[len(request) - len(this_turn)]
+        question.content.extend(mpb.ContentPart(image=image.to_input()) for image in turn.images)
+    return request
 
 
 @dataclass(frozen=True)

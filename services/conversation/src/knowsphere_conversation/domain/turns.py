@@ -47,6 +47,7 @@ from knowsphere_conversation.domain.graph import (
     TurnRuntime,
     citation,
 )
+from knowsphere_conversation.domain.images import parse_image, split_images
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.replay import Replay
 from knowsphere_conversation.domain.sessions import SessionStore, thread_id, title_from
@@ -116,6 +117,7 @@ class TurnResult:
 
 IDENTITY_REQUIRED = "identity_required"
 SESSION_NOT_FOUND = "session_not_found"
+INVALID_INPUT = "invalid_input"
 TURN_FAILED = "turn_failed"
 TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
@@ -244,14 +246,20 @@ class TurnRunner:
             text=kept,
         )
         config["configurable"]["turn"] = runtime
-        question = Message(
-            id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=request.message
-        )
+        text, images = split_images(request.message)
+        try:
+            images += [parse_image(value) for value in request.images]
+        except ValueError as error:
+            return await emit(TurnEventKind.ERROR, error_code=INVALID_INPUT, error_message=f"images: {error}")
+        runtime.images = tuple(images)
+        # The history keeps image links but not the bytes of data URLs.
+        content = " ".join([text, *(image.as_text for image in images)]).strip()
+        question = Message(id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=content)
 
         async def invoke() -> Any:
             if not resuming:
                 return await graph.ainvoke(
-                    {"messages": [question], "turn_id": request.turn_id, "question": request.message}, config
+                    {"messages": [question], "turn_id": request.turn_id, "question": text}, config
                 )
             if saved.next:
                 span.add_event("turn resumed", {"node": ",".join(saved.next)})

@@ -24,6 +24,8 @@ from pydantic import Field
 
 from knowsphere_clients import ConversationClient
 from knowsphere_contracts.events import (
+    MAX_IMAGE_REF_CHARS,
+    MAX_IMAGES_PER_MESSAGE,
     MAX_KNOWLEDGE_BASES_PER_TURN,
     MAX_MESSAGE_CHARS,
     MAX_SESSION_ID_CHARS,
@@ -55,6 +57,11 @@ class ChatTurnRequest(RequestBody):
     knowledge_graph: bool = Field(default=False, description="let the answer query the knowledge graph")
     language: str = Field(
         default="", max_length=35, description="answer language (BCP-47); empty: the question's"
+    )
+    images: list[Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_IMAGES_PER_MESSAGE,
+        description="images to ask about: http(s) or data:image/…;base64 URLs (links in the text count too)",
     )
 
 
@@ -171,6 +178,7 @@ def build_chat_router(
                         web_search=body.web_search,
                         knowledge_graph=body.knowledge_graph,
                         language=body.language,
+                        images=body.images,
                     )
                 )
             expected = 0
