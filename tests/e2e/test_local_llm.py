@@ -143,3 +143,35 @@ def test_model_is_listed_under_the_name_modelhub_is_given(local_llm: str) -> Non
 
     assert response.status_code == httpx.codes.OK
     assert DEFAULT_MODEL_ALIAS in {model["id"] for model in response.json()["data"]}
+
+
+def test_a_question_about_an_ingested_document_gets_a_streamed_answer_from_the_local_model(
+    local_llm: str, stack: Any
+) -> None:
+    from .test_conversation import ask, client, ready_kb, tenant
+
+    with client(stack, tenant()) as http:
+        created = http.post(
+            "/models",
+            json={
+                "display_name": "SmolLM2 (local)",
+                "provider_id": "custom",
+                "model_name": DEFAULT_MODEL_ALIAS,
+                "types": ["knowledge_qa"],
+                "base_url": f"{local_llm}/v1",
+                "parameters": {"context_window": 8192, "max_tokens": MAX_TOKENS, "temperature": 0},
+            },
+        )
+        assert created.status_code == 201, created.text
+        assert (
+            http.put("/models/defaults/knowledge_qa", json={"model_id": created.json()["id"]}).status_code
+            == 200
+        )
+        kb_id, _ = ready_kb(http)
+        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+    names = [name for name, _ in turn]
+    final = turn[-1][1]
+    assert names[-1] == "completed", final
+    assert final["answer_kind"] == "generated"
+    deltas = [data["text"] for name, data in turn if name == "text_delta"]
+    assert len(deltas) > 1 and "".join(deltas) == final["text"] and final["text"].strip()
