@@ -25,7 +25,7 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
-from knowsphere_conversation.api.grpc import ConversationServicer, build_binding
+from knowsphere_conversation.api.grpc import AgentServicer, ConversationServicer, build_binding
 from knowsphere_conversation.domain.graph import TurnLimits, build_graph
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.turns import SESSION_NOT_FOUND, TurnRunner
@@ -262,3 +262,75 @@ async def test_cancelling_a_turn_stops_it_with_what_was_said(store: SqlSessionSt
     assert final.text == "Employees get"
     assert sum(e.is_final for e in world.events) == 1
     assert world.runner.cancel("t-long", CALLER) is False  # finished: nothing to cancel
+
+
+@pytest.fixture
+async def agents(store: SqlSessionStore) -> AsyncIterator[tuple[Any, World]]:
+    world = World(store, Models(lambda r: text("as the agent says"), intent="B"))
+    world.runner._agents = store  # type: ignore[attr-defined]  # as the wiring does
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget)
+    async with serving("conversation", binding=build_binding(servicer, AgentServicer(store))) as channel:
+        yield CONTRACTS["conversation"].stub(channel), world
+
+
+async def test_an_agent_is_data_its_sessions_turns_run_with(agents: Any) -> None:
+    stub, world = agents
+    with bound_identity(CALLER):
+        agent = (
+            await stub.CreateAgent(
+                pb.CreateAgentRequest(
+                    name="hr-helper",
+                    system_prompt="You are the HR desk of ACME.",
+                    model_id="model-hr",
+                    model_parameters=pb.AgentModelParameters(temperature=0.2, max_tokens=300),
+                    knowledge_base_ids=["kb-hr"],
+                    active=True,
+                )
+            )
+        ).agent
+        session = (await stub.CreateSession(pb.CreateSessionRequest(agent_id=agent.id))).session
+        await world.ask(session.id, "hello", "t-agent-1")
+        request = world.models.requests[-1]
+        assert request.model_id == "model-hr" and request.temperature == pytest.approx(0.2)
+        assert request.max_tokens == 300
+        assert request.messages[0].content[0].text.startswith("You are the HR desk of ACME.")
+
+        # A change applies from the next turn; a switched-off agent refuses turns, naming itself.
+        await stub.UpdateAgent(
+            pb.UpdateAgentRequest(agent_id=agent.id, system_prompt="You are ACME's HR bot.")
+        )
+        await world.ask(session.id, "hello again", "t-agent-2")
+        assert world.models.requests[-1].messages[0].content[0].text.startswith("You are ACME's HR bot.")
+        await stub.UpdateAgent(pb.UpdateAgentRequest(agent_id=agent.id, active=False))
+        [final] = [e for e in await world.ask(session.id, "still there?", "t-agent-3") if e.is_final]
+        assert final.error_code == "agent_inactive" and "hr-helper" in (final.error_message or "")
+
+        listed = await stub.ListAgents(pb.ListAgentsRequest())
+        assert [a.name for a in listed.agents] == ["hr-helper"]
+        with pytest.raises(grpc.aio.AioRpcError) as duplicate:
+            await stub.CreateAgent(pb.CreateAgentRequest(name="hr-helper"))
+        assert duplicate.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        for bad, field in (
+            (pb.CreateAgentRequest(name="HR Helper"), "name"),
+            (pb.CreateAgentRequest(name="ok-name", system_prompt="x" * 20_001), "system_prompt"),
+            (
+                pb.CreateAgentRequest(
+                    name="ok-name", model_parameters=pb.AgentModelParameters(temperature=3)
+                ),
+                "temperature",
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.CreateAgent(bad)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in (
+                refused.value.details() or ""
+            )
+    with bound_identity(Identity("globex", "mallory")):
+        with pytest.raises(grpc.aio.AioRpcError) as hidden:
+            await stub.GetAgent(pb.GetAgentRequest(agent_id=agent.id))
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+        assert list((await stub.ListAgents(pb.ListAgentsRequest())).agents) == []
+    with bound_identity(CALLER):
+        await stub.DeleteAgent(pb.DeleteAgentRequest(agent_id=agent.id))
+        [gone] = [e for e in await world.ask(session.id, "hello?", "t-agent-4") if e.is_final]
+        assert gone.error_code == "agent_not_found"

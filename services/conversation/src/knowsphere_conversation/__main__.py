@@ -17,7 +17,7 @@ from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases,
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
-from knowsphere_conversation.api.grpc import ConversationServicer, build_binding
+from knowsphere_conversation.api.grpc import AgentServicer, ConversationServicer, build_binding
 from knowsphere_conversation.domain.graph import TurnLimits
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.turns import TurnRunner
@@ -88,6 +88,7 @@ def main() -> None:
             ),
             event_log=StreamEventLog(lambda: broker.config.connection_state.stream),
             sessions=sessions,
+            agents=sessions,
         )
         broker.context.set_global(TURN_RUNNER, runner)
 
@@ -113,7 +114,7 @@ def main() -> None:
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer)],
+            bindings=[build_binding(servicer, AgentServicer(sessions))],
             grace=settings.shutdown_grace_seconds,
         )
         return [

@@ -1,12 +1,15 @@
-"""Sessions on SQLAlchemy 2 async: SQLite in the data dir by default, PostgreSQL in production
-(``KS_CONVERSATION_DATABASE_URL``). Every statement filters by tenant and user."""
+"""Sessions and agents on SQLAlchemy 2 async: SQLite in the data dir by default, PostgreSQL in
+production (``KS_CONVERSATION_DATABASE_URL``). Every statement filters by owner: sessions by tenant and
+user, agents by tenant. An agent is kept as its contract message (JSON), with its name and state as
+columns for uniqueness and ordering."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf import json_format
 from sqlalchemy import (
     Column,
     Index,
@@ -15,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     and_,
     delete,
     func,
@@ -22,7 +26,9 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 
+from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere_conversation.domain.sessions import SessionPage, SessionRecord
 from knowsphere_runtime.identity import Identity
 from knowsphere_sqlstore import SqlDatabase, UtcDateTime
@@ -44,6 +50,17 @@ sessions = Table(
     Column("create_time", UtcDateTime, nullable=False),
     Column("update_time", UtcDateTime, nullable=False),
     Index("ix_sessions_recent", "tenant_id", "user_id", "update_time"),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("id", String(), primary_key=True),
+    Column("name", String(), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("update_time", UtcDateTime, nullable=False),
+    UniqueConstraint("tenant_id", "name", name="uq_agents_name"),
 )
 
 
@@ -81,7 +98,7 @@ class SqlSessionStore:
             row = (await conn.execute(select(sessions).where(_owned(owner, session_id)))).first()
         return _record(row) if row is not None else None
 
-    async def list(
+    async def list_sessions(
         self,
         owner: Identity,
         *,
@@ -135,6 +152,72 @@ class SqlSessionStore:
     async def delete(self, owner: Identity, session_id: str) -> bool:
         async with self._db.engine.begin() as conn:
             result = await conn.execute(delete(sessions).where(_owned(owner, session_id)))
+        return bool(result.rowcount)
+
+    # --- agents -----------------------------------------------------------------------------------
+
+    async def create_agent(self, tenant_id: str, agent: pb.Agent) -> bool:
+        """False when the tenant already has an agent of that name."""
+        values = {
+            "tenant_id": tenant_id,
+            "id": agent.id,
+            "name": agent.name,
+            "record": json_format.MessageToJson(agent),
+            "update_time": agent.update_time.ToDatetime(tzinfo=UTC),
+        }
+        try:
+            async with self._db.engine.begin() as conn:
+                await conn.execute(insert(agents).values(**values))
+        except IntegrityError:
+            return False
+        return True
+
+    async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None:
+        async with self._db.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(agents.c.record).where(
+                        and_(agents.c.tenant_id == tenant_id, agents.c.id == agent_id)
+                    )
+                )
+            ).first()
+        return json_format.Parse(row.record, pb.Agent()) if row is not None else None
+
+    async def list_agents(self, tenant_id: str, offset: int, limit: int) -> tuple[list[pb.Agent], int | None]:
+        query = (
+            select(agents.c.record)
+            .where(agents.c.tenant_id == tenant_id)
+            .order_by(agents.c.name, agents.c.id)
+            .offset(offset)
+            .limit(limit + 1)
+        )
+        async with self._db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        found = [json_format.Parse(r.record, pb.Agent()) for r in rows[:limit]]
+        return found, offset + limit if len(rows) > limit else None
+
+    async def replace_agent(self, tenant_id: str, agent: pb.Agent) -> bool:
+        """False when another agent of the tenant already has the new name."""
+        try:
+            async with self._db.engine.begin() as conn:
+                await conn.execute(
+                    update(agents)
+                    .where(and_(agents.c.tenant_id == tenant_id, agents.c.id == agent.id))
+                    .values(
+                        name=agent.name,
+                        record=json_format.MessageToJson(agent),
+                        update_time=agent.update_time.ToDatetime(tzinfo=UTC),
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def delete_agent(self, tenant_id: str, agent_id: str) -> bool:
+        async with self._db.engine.begin() as conn:
+            result = await conn.execute(
+                delete(agents).where(and_(agents.c.tenant_id == tenant_id, agents.c.id == agent_id))
+            )
         return bool(result.rowcount)
 
 

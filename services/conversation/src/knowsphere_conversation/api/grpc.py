@@ -8,15 +8,16 @@ caller's session is NOT_FOUND, never "forbidden".
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
-from knowsphere_contracts.events import MAX_SESSION_ID_CHARS
+from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN, MAX_SESSION_ID_CHARS
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.sessions import SessionRecord, SessionStore, thread_id
@@ -25,7 +26,14 @@ from knowsphere_runtime.rpc import ServiceBinding, bind_service
 from knowsphere_runtime.rpc.errors import answer, invalid, not_found
 from knowsphere_sqlstore import decode_page_token, encode_page_token
 
-PENDING_CAPABILITY = "agents, orchestrators and the streaming Chat RPC (chat turns go through the bus)"
+PENDING_CAPABILITY = "orchestrators and the streaming Chat RPC (chat turns go through the bus)"
+AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{1,63}$")
+MAX_AGENT_TEXT_CHARS = {"display_name": 200, "description": 2_000, "system_prompt": 20_000, "model_id": 128}
+MAX_AGENT_LIST_ITEMS = {
+    "tool_names": 64,
+    "knowledge_base_ids": MAX_KNOWLEDGE_BASES_PER_TURN,
+    "skill_names": 32,
+}
 MAX_TITLE_CHARS = 200
 MAX_METADATA_ENTRIES = 32
 
@@ -150,7 +158,7 @@ class ConversationServicer:
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
         async def work() -> pb.ListSessionsResponse:
             offset, size = _page(request.page_token, request.page_size, self._default_page, self._max_page)
-            page = await self._sessions.list(
+            page = await self._sessions.list_sessions(
                 require_identity(),
                 agent_id=request.agent_id,
                 orchestrator_id=request.orchestrator_id,
@@ -220,8 +228,129 @@ class ConversationServicer:
         return await answer(context, work)
 
 
-def build_binding(servicer: ConversationServicer | None = None) -> ServiceBinding:
-    return bind_service(CONTRACTS["conversation"].descriptor, servicer, pending=PENDING_CAPABILITY)
+class AgentStore(Protocol):
+    async def create_agent(self, tenant_id: str, agent: pb.Agent) -> bool: ...
+    async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None: ...
+    async def list_agents(
+        self, tenant_id: str, offset: int, limit: int
+    ) -> tuple[list[pb.Agent], int | None]: ...
+    async def replace_agent(self, tenant_id: str, agent: pb.Agent) -> bool: ...
+    async def delete_agent(self, tenant_id: str, agent_id: str) -> bool: ...
 
 
-__all__ = ["PENDING_CAPABILITY", "ConversationServicer", "build_binding"]
+def check_agent(agent: pb.Agent) -> None:
+    """INVALID_ARGUMENT naming the field and its limit for anything an agent may not be."""
+    if not AGENT_NAME.match(agent.name):
+        raise invalid(
+            "name", "2-64 characters: lower-case letters, digits, '-' and '_', starting with a letter"
+        )
+    for field, limit in MAX_AGENT_TEXT_CHARS.items():
+        value = getattr(agent, field)
+        if len(value) > limit:
+            raise invalid(field, f"{len(value)} characters; the limit is {limit}")
+    for field, limit in MAX_AGENT_LIST_ITEMS.items():
+        values = list(getattr(agent, field))
+        if len(values) > limit:
+            raise invalid(field, f"{len(values)} items; the limit is {limit}")
+        if any(not v or len(v) > 128 for v in values):
+            raise invalid(field, "every item must be 1-128 characters")
+    parameters = agent.model_parameters
+    if parameters.HasField("temperature") and not 0 <= parameters.temperature <= 2:
+        raise invalid("model_parameters.temperature", "must be between 0 and 2")
+    if parameters.HasField("max_tokens") and parameters.max_tokens < 1:
+        raise invalid("model_parameters.max_tokens", "must be at least 1")
+
+
+class AgentServicer:
+    """Agents as data: what the conversation graph runs a turn with (the orchestration layer's unit)."""
+
+    def __init__(self, store: AgentStore, *, default_page_size: int = 50, max_page_size: int = 200) -> None:
+        self._store = store
+        self._default_page = default_page_size
+        self._max_page = max_page_size
+
+    async def _owned(self, agent_id: str) -> pb.Agent:
+        if not agent_id:
+            raise invalid("agent_id", "required")
+        found = await self._store.get_agent(require_identity().tenant_id, agent_id)
+        if found is None:
+            raise not_found("agent", agent_id)
+        return found
+
+    async def CreateAgent(self, request: pb.CreateAgentRequest, context: Any) -> pb.CreateAgentResponse:
+        async def work() -> pb.CreateAgentResponse:
+            now = _timestamp(datetime.now(UTC))
+            agent = pb.Agent(
+                id=uuid.uuid4().hex,
+                name=request.name,
+                display_name=request.display_name or request.name,
+                description=request.description,
+                system_prompt=request.system_prompt,
+                model_id=request.model_id,
+                model_parameters=request.model_parameters,
+                tool_names=request.tool_names,
+                knowledge_base_ids=request.knowledge_base_ids,
+                skill_names=request.skill_names,
+                active=request.active,
+                create_time=now,
+                update_time=now,
+            )
+            check_agent(agent)
+            if not await self._store.create_agent(require_identity().tenant_id, agent):
+                raise invalid("name", f"an agent named {agent.name!r} already exists")
+            return pb.CreateAgentResponse(agent=agent)
+
+        return await answer(context, work)
+
+    async def GetAgent(self, request: pb.GetAgentRequest, context: Any) -> pb.GetAgentResponse:
+        async def work() -> pb.GetAgentResponse:
+            return pb.GetAgentResponse(agent=await self._owned(request.agent_id))
+
+        return await answer(context, work)
+
+    async def ListAgents(self, request: pb.ListAgentsRequest, context: Any) -> pb.ListAgentsResponse:
+        async def work() -> pb.ListAgentsResponse:
+            offset, size = _page(request.page_token, request.page_size, self._default_page, self._max_page)
+            found, following = await self._store.list_agents(require_identity().tenant_id, offset, size)
+            token = encode_page_token([str(following)]) if following else ""
+            return pb.ListAgentsResponse(agents=found, next_page_token=token)
+
+        return await answer(context, work)
+
+    async def UpdateAgent(self, request: pb.UpdateAgentRequest, context: Any) -> pb.UpdateAgentResponse:
+        async def work() -> pb.UpdateAgentResponse:
+            agent = await self._owned(request.agent_id)
+            for field in ("name", "display_name", "description", "system_prompt", "model_id", "active"):
+                if request.HasField(field):
+                    setattr(agent, field, getattr(request, field))
+            if request.HasField("model_parameters"):
+                agent.model_parameters.CopyFrom(request.model_parameters)
+            for field in ("tool_names", "knowledge_base_ids", "skill_names"):
+                if request.HasField(field):
+                    del getattr(agent, field)[:]
+                    getattr(agent, field).extend(getattr(request, field).values)
+            agent.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
+            check_agent(agent)
+            if not await self._store.replace_agent(require_identity().tenant_id, agent):
+                raise invalid("name", f"an agent named {agent.name!r} already exists")
+            return pb.UpdateAgentResponse(agent=agent)
+
+        return await answer(context, work)
+
+    async def DeleteAgent(self, request: pb.DeleteAgentRequest, context: Any) -> pb.DeleteAgentResponse:
+        async def work() -> pb.DeleteAgentResponse:
+            agent = await self._owned(request.agent_id)
+            await self._store.delete_agent(require_identity().tenant_id, agent.id)
+            return pb.DeleteAgentResponse()
+
+        return await answer(context, work)
+
+
+def build_binding(
+    servicer: ConversationServicer | None = None, agents: AgentServicer | None = None
+) -> ServiceBinding:
+    servicers = [s for s in (servicer, agents) if s is not None]
+    return bind_service(CONTRACTS["conversation"].descriptor, servicers or None, pending=PENDING_CAPABILITY)
+
+
+__all__ = ["PENDING_CAPABILITY", "AgentServicer", "ConversationServicer", "build_binding", "check_agent"]

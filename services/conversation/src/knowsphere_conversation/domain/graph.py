@@ -30,6 +30,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from opentelemetry import trace
 
+from knowsphere.conversation.v1 import conversation_pb2 as cpb
 from knowsphere.conversation.v1.conversation_enums import Intent, TurnRoute
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ChatRole
@@ -137,9 +138,37 @@ class AgentConfig:
     """Empty: every selectable tool (trimmed by the turn's switches)."""
     skills: tuple[tuple[str, str], ...] = ()
     """Bound skills as (name, description)."""
+    knowledge_base_ids: tuple[str, ...] = ()
+    """Searched when a turn names none."""
+    temperature: float | None = None
+    max_tokens: int | None = None
     vision: bool = False
     """The agent's model reads images (its model types include VLM): a message's images go to it as
     image parts; otherwise only their description does."""
+
+
+def agent_config(agent: cpb.Agent) -> AgentConfig:
+    """The configuration a turn runs with, from an agent record of the contract."""
+    parameters = agent.model_parameters
+    return AgentConfig(
+        agent_id=agent.id,
+        model_id=agent.model_id,
+        identity=agent.system_prompt or prompts.DEFAULT_IDENTITY,
+        tool_names=tuple(agent.tool_names),
+        skills=tuple((name, "") for name in agent.skill_names),
+        knowledge_base_ids=tuple(agent.knowledge_base_ids),
+        temperature=parameters.temperature if parameters.HasField("temperature") else None,
+        max_tokens=parameters.max_tokens if parameters.HasField("max_tokens") else None,
+    )
+
+
+def _main_request(turn: TurnRuntime, purpose: str, messages: list[mpb.ChatMessage]) -> mpb.ChatStreamRequest:
+    request = mpb.ChatStreamRequest(model_id=turn.agent.model_id, purpose=purpose, messages=messages)
+    if turn.agent.temperature is not None:
+        request.temperature = turn.agent.temperature
+    if turn.agent.max_tokens is not None:
+        request.max_tokens = turn.agent.max_tokens
+    return request
 
 
 @dataclass(frozen=True)
@@ -543,16 +572,12 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         )
     )
     rounds = state.get("tool_rounds", 0)
-    request = mpb.ChatStreamRequest(
-        model_id=turn.agent.model_id,
-        purpose=PURPOSE_AGENT,
-        messages=_prompt(turn, state),
-        tools=[
-            mpb.ToolDefinition(
-                name=t.name, description=t.description, parameters_json_schema=t.parameters_json_schema
-            )
-            for t in listed.tools
-        ],
+    request = _main_request(turn, PURPOSE_AGENT, _prompt(turn, state))
+    request.tools.extend(
+        mpb.ToolDefinition(
+            name=t.name, description=t.description, parameters_json_schema=t.parameters_json_schema
+        )
+        for t in listed.tools
     )
     if listed.tools:
         mode = (
@@ -710,10 +735,7 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         return await _fixed_answer(
             turn, state, prompts.NO_MODEL_GREETING if greeting else prompts.NO_MODEL_NO_KB
         )
-    request = mpb.ChatStreamRequest(
-        model_id=turn.agent.model_id, purpose=PURPOSE_GENERATE, messages=_prompt(turn, state)
-    )
-    reply = await _stream_model(turn, request, ())
+    reply = await _stream_model(turn, _main_request(turn, PURPOSE_GENERATE, _prompt(turn, state)), ())
     message = Message(
         id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True
     )

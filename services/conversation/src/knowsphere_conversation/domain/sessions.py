@@ -51,7 +51,7 @@ class SessionPage:
 class SessionStore(Protocol):
     async def create(self, record: SessionRecord) -> None: ...
     async def get(self, owner: Identity, session_id: str) -> SessionRecord | None: ...
-    async def list(
+    async def list_sessions(
         self,
         owner: Identity,
         *,

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import structlog
 from opentelemetry import trace
 
+from knowsphere.conversation.v1 import conversation_pb2 as cpb
 from knowsphere_contracts.events import (
     AnswerKind,
     ChatRequested,
@@ -45,6 +46,7 @@ from knowsphere_conversation.domain.graph import (
     TurnError,
     TurnLimits,
     TurnRuntime,
+    agent_config,
     citation,
 )
 from knowsphere_conversation.domain.images import parse_image, split_images
@@ -118,6 +120,16 @@ class TurnResult:
 IDENTITY_REQUIRED = "identity_required"
 SESSION_NOT_FOUND = "session_not_found"
 INVALID_INPUT = "invalid_input"
+AGENT_NOT_FOUND = "agent_not_found"
+AGENT_INACTIVE = "agent_inactive"
+
+
+class Agents(Protocol):
+    """The tenant's agent records (the conversation's store)."""
+
+    async def get_agent(self, tenant_id: str, agent_id: str) -> cpb.Agent | None: ...
+
+
 TURN_FAILED = "turn_failed"
 TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
@@ -141,6 +153,7 @@ class TurnRunner:
         leases: SessionLeases | None = None,
         event_log: EventLog | None = None,
         sessions: SessionStore | None = None,
+        agents: Agents | None = None,
     ) -> None:
         self._graph = graph
         self._models = models
@@ -155,6 +168,7 @@ class TurnRunner:
         self._running: dict[str, tuple[asyncio.Task[Any], Identity]] = {}
         self._event_log = event_log
         self._sessions = sessions
+        self._agents = agents
 
     async def run(self, request: ChatRequested, *, redelivered: bool = False) -> TurnResult:
         """Runs the turn (or resumes it when ``redelivered``)."""
@@ -167,27 +181,34 @@ class TurnRunner:
             emit = self._emitter(request, Replay(previous))
             final = await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
             return TurnResult(Outcome.ANSWERED, final)
-        if await self._unknown_session(identity, request.session_id):
-            emit = self._emitter(request, Replay(previous))
-            final = await emit(
-                TurnEventKind.ERROR,
-                error_code=SESSION_NOT_FOUND,
-                error_message=f"session {request.session_id} not found",
+        agent = self._agent
+        if request.session_id and self._sessions is not None:
+            session = await self._sessions.get(identity, request.session_id)
+            problem = (
+                (SESSION_NOT_FOUND, f"session {request.session_id} not found") if session is None else None
             )
-            return TurnResult(Outcome.ANSWERED, final)
+            if session is not None and session.agent_id and self._agents is not None:
+                record = await self._agents.get_agent(identity.tenant_id, session.agent_id)
+                if record is None:
+                    problem = (AGENT_NOT_FOUND, f"the session's agent {session.agent_id} no longer exists")
+                elif not record.active:
+                    problem = (
+                        AGENT_INACTIVE,
+                        f"the agent {record.display_name or record.name} is switched off",
+                    )
+                else:
+                    agent = agent_config(record)  # read at the start: a change applies from the next turn
+            if problem is not None:
+                emit = self._emitter(request, Replay(previous))
+                final = await emit(TurnEventKind.ERROR, error_code=problem[0], error_message=problem[1])
+                return TurnResult(Outcome.ANSWERED, final)
         # A session's checkpoint thread belongs to its tenant and user: another caller's session id
         # names another thread.
         thread = thread_id(identity, request.session_id or request.turn_id)
         async with self._leases.hold(thread) as held:
             if not held:
                 return TurnResult(Outcome.BUSY)
-            return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous))
-
-    async def _unknown_session(self, identity: Identity, session_id: str | None) -> bool:
-        """True when the turn names a session the asker has not (another user's reads as unknown)."""
-        if not session_id or self._sessions is None:
-            return False
-        return await self._sessions.get(identity, session_id) is None
+            return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous, agent))
 
     def cancel(self, turn_id: str, asker: Identity) -> bool:
         """Stops ``turn_id`` when this replica runs it for ``asker``; it ends with a ``cancelled``
@@ -216,7 +237,7 @@ class TurnRunner:
         return emit
 
     async def _run(
-        self, request: ChatRequested, thread: str, previous: Sequence[ChatTurnEvent]
+        self, request: ChatRequested, thread: str, previous: Sequence[ChatTurnEvent], agent: AgentConfig
     ) -> ChatTurnEvent:
         span = trace.get_current_span()
         graph = self._graph()
@@ -236,10 +257,10 @@ class TurnRunner:
             memory=self._memory,
             search=self._search,
             emit=emit,
-            agent=self._agent,
+            agent=agent,
             limits=self._limits,
             session_id=request.session_id or "",
-            knowledge_base_ids=tuple(request.knowledge_base_ids),
+            knowledge_base_ids=tuple(request.knowledge_base_ids) or agent.knowledge_base_ids,
             web_search=request.web_search,
             knowledge_graph=request.knowledge_graph,
             language=request.language,
