@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -264,9 +265,14 @@ async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, A
     background for this turn."""
     turn = _runtime(config)
     question = state["messages"][-1]
-    statements = turn.memory.apply_statements(state["question"], turn.session_id, question["id"])
+    statements = (
+        turn.memory.apply_statements(state["question"], turn.session_id, question["id"])
+        if MAY_BE_STATEMENT.search(state["question"])
+        else _nothing()
+    )
     background = turn.memory.background(turn.knowledge_base_ids, turn.language)
-    if not turn.session_id:
+    if not turn.session_id or len(state["messages"]) == 1:
+        # No session, or its first turn: there is no summary and no working memory to read yet.
         _, text = await asyncio.gather(statements, background)
         return {"background": text, "handoff": "", "summary_upto": "", "working": ""}
     _, text, summary, working = await asyncio.gather(
@@ -300,6 +306,15 @@ async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, A
         "summary_revision": summary.revision,
         "working": working,
     }
+
+
+MAY_BE_STATEMENT = re.compile(r"记|忘|remember|forget", re.IGNORECASE)
+"""Words every memory statement contains (memory's parser decides what is one): a message without any
+of them is not sent to memory, which saves a call on nearly every turn."""
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _after(messages: Sequence[Message], message_id: str) -> list[Message]:
