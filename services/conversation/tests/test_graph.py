@@ -266,8 +266,11 @@ async def test_the_asker_background_and_handoff_reach_the_main_request_in_their_
         Models(agent, intent="B"),
         memory=Memory(background="Works in finance.", handoff="Original request: Q3 report"),
     )
-    await harness.ask("hello again")
-    texts = [m.content[0].text for m in seen[0].messages]
+    await harness.ask("hello", turn_id="t1")
+    first = [m.content[0].text for m in seen[0].messages]
+    assert not any("Original request" in t for t in first)  # a session's first turn has no summary
+    await harness.ask("hello again", turn_id="t2")
+    texts = [m.content[0].text for m in seen[-1].messages]
     assert "Works in finance." not in texts[0]  # never in the cached system segment
     assert "Original request: Q3 report" in texts[1]
     assert "Works in finance." in texts[-1] and texts[-1].endswith("Question: hello again")
