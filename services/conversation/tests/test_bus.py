@@ -134,3 +134,60 @@ async def test_a_completed_turn_is_kept_once_on_the_completions_stream(
     assert len(ours) == 1
     assert ours[0].headers is not None and ours[0].headers["ks-tenant-id"] == CALLER.tenant_id
     await client.close()
+
+
+async def test_a_message_waiting_too_long_for_its_sessions_turn_is_refused_and_the_first_answered(
+    nats_url: str,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: mpb.ChatStreamRequest) -> AsyncIterator[mpb.ChatStreamResponse]:
+        await asyncio.wait_for(release.wait(), timeout=20)
+        for event in text("done"):
+            yield event
+
+    models = Models(lambda r: [], intent="B")
+    models.chat_stream = slow  # type: ignore[method-assign]
+    broker = build_broker(nats_url, client_name="conversation-busy-test")
+    bus = build_bus(max_concurrent_turns=2, max_session_wait_seconds=1.0)
+    broker.include_router(bus.router)
+    graph = build_graph(InMemorySaver())
+    runner = TurnRunner(
+        lambda: graph,
+        models=models,
+        tools=Tools(),
+        memory=Memory(),
+        search=Search(),
+        publish=bus.publish_turn_event,
+        publish_completed=bus.publish_completed,
+        limits=TurnLimits(),
+    )
+    broker.context.set_global(TURN_RUNNER, runner)
+    first, second = f"t-{uuid.uuid4().hex}", f"t-{uuid.uuid4().hex}"
+    async with broker:
+        await broker.start()
+        client = await nats.connect(nats_url)
+        finals: dict[str, ChatTurnEvent] = {}
+
+        async def on_event(message: Any) -> None:
+            event = ChatTurnEvent.model_validate_json(message.data)
+            if event.is_final:
+                finals[event.turn_id] = event
+                if event.turn_id == second:
+                    release.set()  # the refused one ended: let the first finish
+
+        await client.subscribe(ChatTurnEvent.subject + ".>", cb=on_event)
+        session = f"s-{uuid.uuid4().hex}"
+        for turn_id in (first, second):
+            request = ChatRequested(turn_id=turn_id, session_id=session, message="tell me something")
+            await client.publish(
+                ChatRequested.subject, request.model_dump_json().encode(), headers=dict(CALLER.as_pairs())
+            )
+            await asyncio.sleep(0.2)
+        for _ in range(200):
+            if len(finals) == 2:
+                break
+            await asyncio.sleep(0.1)
+        await client.close()
+    assert finals[second].error_code == "session_busy"
+    assert finals[first].kind is TurnEventKind.COMPLETED

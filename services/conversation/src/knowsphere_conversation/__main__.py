@@ -68,7 +68,9 @@ def main() -> None:
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
-        bus = build_bus(settings.max_concurrent_turns, settings.turn_ack_wait_seconds)
+        bus = build_bus(
+            settings.max_concurrent_turns, settings.turn_ack_wait_seconds, settings.max_session_wait_seconds
+        )
         broker.include_router(bus.router)
         checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
         sessions = SqlSessionStore(settings.sqlalchemy_url())

@@ -33,6 +33,12 @@ class Settings(ServiceSettings):
         le=600.0,
         description="a turn whose replica stops reporting progress this long is delivered again",
     )
+    max_session_wait_seconds: float = Field(
+        default=300.0,
+        ge=1.0,
+        le=3600.0,
+        description="a message waiting this long for its session's previous turn is refused (session_busy)",
+    )
     max_concurrent_turns: int = Field(default=16, ge=1, le=1024, description="turns one replica runs at once")
     stm_keep_turns: int = Field(
         default=8, ge=0, le=100, description="finished turns sent verbatim to the model"

@@ -30,7 +30,7 @@ from faststream.nats.publisher.usecase import LogicPublisher
 from opentelemetry import trace
 
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCancelRequested, TurnCompleted
-from knowsphere_conversation.domain.turns import Outcome, TurnRunner
+from knowsphere_conversation.domain.turns import Outcome, TurnResult, TurnRunner
 from knowsphere_runtime.identity import current_identity
 from knowsphere_runtime.streams import CHAT_EVENTS, CHAT_REQUESTS, MSG_ID_HEADER, TURN_COMPLETED
 from knowsphere_telemetry import attributes
@@ -105,7 +105,9 @@ async def working_on(message: NatsMessage, every: float) -> AsyncIterator[None]:
             await task
 
 
-def build_bus(max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0) -> ConversationBus:
+def build_bus(
+    max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0, max_session_wait_seconds: float = 300.0
+) -> ConversationBus:
     router = NatsRouter()
     turn_events = router.publisher(
         ChatTurnEvent.subject + ".{turn_id}",
@@ -143,8 +145,11 @@ def build_bus(max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0) -> 
         async with working_on(message, ack_wait_seconds / 3):
             result = await runner.run(request, redelivered=delivered > 1)
         if result.outcome is Outcome.BUSY:
-            await message.nack(delay=BUSY_SESSION_RETRY_SECONDS)
-            return
+            waited = delivered * BUSY_SESSION_RETRY_SECONDS
+            if waited < max_session_wait_seconds:
+                await message.nack(delay=BUSY_SESSION_RETRY_SECONDS)
+                return
+            result = TurnResult(Outcome.ANSWERED, await runner.refuse_busy(request, waited))
         await message.ack()
         final = result.final
         if final is not None and final.error_code:

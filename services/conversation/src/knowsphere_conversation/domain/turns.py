@@ -121,6 +121,7 @@ IDENTITY_REQUIRED = "identity_required"
 SESSION_NOT_FOUND = "session_not_found"
 INVALID_INPUT = "invalid_input"
 AGENT_NOT_FOUND = "agent_not_found"
+SESSION_BUSY = "session_busy"
 AGENT_INACTIVE = "agent_inactive"
 
 
@@ -209,6 +210,20 @@ class TurnRunner:
             if not held:
                 return TurnResult(Outcome.BUSY)
             return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous, agent))
+
+    async def refuse_busy(self, request: ChatRequested, waited_seconds: float) -> ChatTurnEvent:
+        """Ends a turn that waited too long for its session's previous turn (the session's queue is
+        full) with a named error, once."""
+        previous = await self._event_log.read(request.turn_id) if self._event_log else ()
+        if any(e.is_final for e in previous):
+            return next(e for e in previous if e.is_final)
+        emit = self._emitter(request, Replay(previous))
+        return await emit(
+            TurnEventKind.ERROR,
+            error_code=SESSION_BUSY,
+            error_message=f"the session is still answering an earlier message after {waited_seconds:.0f} s; "
+            "try again when it has finished",
+        )
 
     def cancel(self, turn_id: str, asker: Identity) -> bool:
         """Stops ``turn_id`` when this replica runs it for ``asker``; it ends with a ``cancelled``
