@@ -218,3 +218,27 @@ async def test_the_reconciler_goes_on_past_a_deletion_it_cannot_finish(
     await Reconciler(store, removal, runs).run_once()  # type: ignore[arg-type]
     assert runs.started == [(TENANT, ["a"])]
     assert await store.get_document(TENANT, "marked", include_deleting=True) is not None  # tried again later
+
+
+async def test_a_deletion_is_announced_before_the_record_goes_and_again_after_a_failed_announcement(
+    tmp_path: Path, store: IngestionStore, blobs: BlobStore
+) -> None:
+    documents, runs, _, removal = parts(tmp_path, store, blobs)
+    announced: list[tuple[str, list[str]]] = []
+    failing = {"once": True}
+
+    async def announce(knowledge_base_id: str, document_ids: list[str]) -> None:
+        if failing.pop("once", False):
+            raise ConnectionError("NATS away")
+        announced.append((knowledge_base_id, document_ids))
+
+    removal.announce = announce
+    await add(store, blobs, "a", DocumentStatus.READY, "r1")
+    with pytest.raises(ConnectionError):  # the call fails, as when retrieval cannot delete
+        await documents.DeleteDocument(pb.DeleteDocumentRequest(document_id="a"), Context())
+    # Not announced, so not forgotten: still marked for deletion, for the reconciler to finish.
+    assert await store.get_document(TENANT, "a", include_deleting=True) is not None
+    await Reconciler(store, removal, runs).run_once()  # type: ignore[arg-type]
+    document = announced[0]
+    assert document[1] == ["a"] and len(announced) == 1
+    assert await store.get_document(TENANT, "a", include_deleting=True) is None

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from knowsphere_contracts.events import TURN_COMPLETED_STREAM, CitedDocument, TurnCompleted
+from knowsphere_contracts.events import (
+    DOCUMENTS_DELETED_STREAM,
+    TURN_COMPLETED_STREAM,
+    CitedDocument,
+    DocumentsDeleted,
+    TurnCompleted,
+)
 from knowsphere_memory.adapters.sql_store import SqlMemoryStore
 from knowsphere_memory.api.bus import TURN_RECORDER, TurnRecorder, build_bus
 from knowsphere_memory.domain.records import CitedDocumentRecord, FrequentDocumentRecord, Owner
@@ -130,7 +136,8 @@ async def test_the_same_turn_published_twice_and_out_of_order_counts_once(
     recorded = [
         (s.attributes.get(attributes.TURN_ID), s.attributes.get(attributes.MEMORY_TURN_RECORDED))
         for s in spans.get_finished_spans()
-        if s.attributes and attributes.MEMORY_TURN_RECORDED in s.attributes
+        if s.attributes
+        and attributes.MEMORY_TURN_RECORDED in s.attributes
         # The stream is shared with other tests of the session: only this test's turns count.
         and s.attributes.get(attributes.TURN_ID) in {"t1", "t2", "t3"}
     ]
@@ -177,3 +184,40 @@ async def test_the_durable_consumer_catches_up_on_events_published_while_memory_
     async for _ in consume():
         records = await frequent(store, owner, until=2)
     assert [(r.document_id, r.hit_count) for r in records] == [("d1", 2)]
+
+
+async def test_a_deleted_document_leaves_every_users_frequent_documents(
+    nats_url: str, store: SqlMemoryStore, identity: Identity, tmp_path: Path
+) -> None:
+    owner = Owner(identity.tenant_id, identity.user_id)
+    colleague = Identity(identity.tenant_id, "bob")
+    async for _ in start_consumer(nats_url, store, tmp_path):
+        await publish(nats_url, identity, completed("t1", "d1", "d2"), completed("t2", "d1", "d2"))
+        await publish(nats_url, colleague, completed("t3", "d1"), completed("t4", "d1"))
+        assert {r.document_id for r in await frequent(store, owner, until=4)} == {"d1", "d2"}
+        # Ingestion deleted d1 (its event carries the deleting user's identity, any user of the tenant).
+        deleter = build_broker(nats_url, client_name="ingestion-test")
+        async with deleter:
+            await deleter.connect()
+            with bound_identity(colleague):
+                event = DocumentsDeleted(knowledge_base_id="kb-1", document_ids=["d1"])
+                await deleter.publish(
+                    event.model_dump(mode="json"), DocumentsDeleted.subject, stream=DOCUMENTS_DELETED_STREAM
+                )
+        deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+        while any(
+            r.document_id == "d1" for r in (await store.frequent_documents(owner, 1, [], 100, "")).records
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "d1 was not forgotten"
+            await asyncio.sleep(0.05)
+        bob = Owner(colleague.tenant_id, colleague.user_id)
+        assert [r.document_id for r in (await store.frequent_documents(owner, 1, [], 100, "")).records] == [
+            "d2"
+        ]
+        assert (await store.frequent_documents(bob, 1, [], 100, "")).records == []
+        # A later citation of the deleted document does not bring it back.
+        await publish(nats_url, identity, completed("t5", "d1"))
+        await asyncio.sleep(0.5)
+        assert [r.document_id for r in (await store.frequent_documents(owner, 1, [], 100, "")).records] == [
+            "d2"
+        ]

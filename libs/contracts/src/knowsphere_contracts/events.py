@@ -266,6 +266,21 @@ class DocumentsFinished(Event):
         return [d.document_id for d in self.documents]
 
 
+DOCUMENTS_DELETED_STREAM = "KS_INGESTION_DELETIONS"
+"""JetStream stream keeping :class:`DocumentsDeleted`, so a consumer that was down catches up."""
+MAX_DELETED_PER_EVENT = 1000
+
+
+class DocumentsDeleted(Event):
+    """Documents of one knowledge base deleted for good (their chunks, vectors and files are gone),
+    published on ``ks.ingestion.documents.deleted.v1`` with the deleting caller's identity in the
+    headers; memory drops them from every user's frequently consulted documents of the tenant."""
+
+    subject: ClassVar[str] = "ks.ingestion.documents.deleted.v1"
+    knowledge_base_id: str = Field(min_length=1, max_length=128)
+    document_ids: list[str] = Field(min_length=1, max_length=MAX_DELETED_PER_EVENT)
+
+
 # --- models -------------------------------------------------------------------------------------
 
 

@@ -14,9 +14,11 @@ from nats.js.errors import NotFoundError
 from knowsphere_contracts.events import (
     CHAT_EVENTS_STREAM,
     CHAT_REQUESTS_STREAM,
+    DOCUMENTS_DELETED_STREAM,
     TURN_COMPLETED_STREAM,
     ChatRequested,
     ChatTurnEvent,
+    DocumentsDeleted,
     TurnCompleted,
 )
 
@@ -48,6 +50,13 @@ TURN_COMPLETED = JStream(
 )
 """Finished turns with the documents they cited (memory's document affinity reads it)."""
 
+DOCUMENTS_DELETED = JStream(
+    DOCUMENTS_DELETED_STREAM,
+    subjects=[DocumentsDeleted.subject],
+    duplicate_window=DUPLICATE_WINDOW_SECONDS,
+)
+"""Deleted documents (memory forgets them in document affinity)."""
+
 MSG_ID_HEADER = "Nats-Msg-Id"
 """The header JetStream deduplicates by."""
 
@@ -55,6 +64,7 @@ __all__ = [
     "CHAT_EVENTS",
     "CHAT_EVENTS_MAX_AGE_SECONDS",
     "CHAT_REQUESTS",
+    "DOCUMENTS_DELETED",
     "DUPLICATE_WINDOW_SECONDS",
     "MSG_ID_HEADER",
     "TURN_COMPLETED",

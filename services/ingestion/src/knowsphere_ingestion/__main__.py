@@ -40,6 +40,7 @@ def main() -> None:
         events: Fanout[DocumentEvent] = Fanout()
         broker.include_router(bus.subscribers)
         broker.include_router(bus.model_changes)
+        broker.include_router(bus.deletions)
         broker.context.set_global(DOCUMENT_EVENTS, events)
         broker.context.set_global(MODELHUB, modelhub)
 
@@ -49,7 +50,13 @@ def main() -> None:
             return temporal.client
 
         runs = Runs(settings=settings, store=storage.store, temporal=client)
-        removal = DocumentRemoval(store=storage.store, blobs=storage.blobs, retrieval=retrieval, runs=runs)
+        removal = DocumentRemoval(
+            store=storage.store,
+            blobs=storage.blobs,
+            retrieval=retrieval,
+            runs=runs,
+            announce=bus.announce_deleted,
+        )
         binding = build_binding(
             settings=settings,
             store=storage.store,

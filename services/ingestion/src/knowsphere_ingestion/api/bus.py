@@ -20,8 +20,14 @@ from faststream.nats import NatsRouter
 from faststream.nats.publisher.usecase import LogicPublisher
 
 from knowsphere_clients.model_changes import model_changes_router
-from knowsphere_contracts.events import DocumentsFinished, DocumentsProgress
+from knowsphere_contracts.events import (
+    MAX_DELETED_PER_EVENT,
+    DocumentsDeleted,
+    DocumentsFinished,
+    DocumentsProgress,
+)
 from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.streams import DOCUMENTS_DELETED, MSG_ID_HEADER
 
 DocumentEvent = DocumentsProgress | DocumentsFinished
 DOCUMENT_EVENTS = "document_events"
@@ -43,6 +49,18 @@ class IngestionBus:
     model_changes: NatsRouter
     """What a process caching model facts includes (with its ModelHubClient under
     :data:`knowsphere_clients.model_changes.MODELHUB`)."""
+    deletions: NatsRouter
+    """What the API includes: the publisher of deleted documents."""
+    deleted: LogicPublisher
+
+    async def announce_deleted(self, knowledge_base_id: str, document_ids: list[str]) -> None:
+        """Tells whom it concerns (memory) that documents are gone, in events of at most
+        :data:`MAX_DELETED_PER_EVENT`; each stored once however often it is sent."""
+        for start in range(0, len(document_ids), MAX_DELETED_PER_EVENT):
+            batch = document_ids[start : start + MAX_DELETED_PER_EVENT]
+            event = DocumentsDeleted(knowledge_base_id=knowledge_base_id, document_ids=batch)
+            key = f"deleted:{knowledge_base_id}:{batch[0]}:{len(batch)}"
+            await self.deleted.publish(event.model_dump(mode="json"), headers={MSG_ID_HEADER: key})
 
     async def publish(self, event: DocumentEvent) -> None:
         """Publishes a document event on its subject."""
@@ -84,4 +102,13 @@ def build_bus() -> IngestionBus:
 
     model_changes = model_changes_router("ingestion")
 
-    return IngestionBus(publishers, subscribers, progress, finished, model_changes)
+    deletions = NatsRouter()
+    deleted = deletions.publisher(
+        DocumentsDeleted.subject,
+        stream=DOCUMENTS_DELETED,
+        schema=DocumentsDeleted,
+        title="ingestion:documents-deleted",
+        description="Documents deleted for good (memory forgets them in document affinity).",
+    )
+
+    return IngestionBus(publishers, subscribers, progress, finished, model_changes, deletions, deleted)

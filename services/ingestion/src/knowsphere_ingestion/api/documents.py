@@ -7,6 +7,7 @@ second half, and the reconciler repeats it for documents a crash left marked.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -31,16 +32,28 @@ from knowsphere_sqlstore.pages import decode_page_token, encode_page_token
 log = structlog.get_logger(__name__)
 
 
+Announce = Callable[[str, list[str]], Awaitable[None]]
+"""Tells the platform that documents of a knowledge base are gone: (knowledge base id, document ids)."""
+
+
 class DocumentRemoval:
     """Removes a document marked for deletion from everywhere; safe to repeat after a crash."""
 
     def __init__(
-        self, *, store: IngestionStore, blobs: BlobStore, retrieval: RetrievalClient, runs: Runs
+        self,
+        *,
+        store: IngestionStore,
+        blobs: BlobStore,
+        retrieval: RetrievalClient,
+        runs: Runs,
+        announce: Announce | None = None,
     ) -> None:
         self._store = store
         self._blobs = blobs
         self._retrieval = retrieval
         self._runs = runs
+        self.announce = announce
+        """Tells consumers (memory) which documents are gone; None announces nothing."""
 
     async def purge(self, document: Document) -> None:
         await self._runs.cancel(document)
@@ -48,6 +61,10 @@ class DocumentRemoval:
         await self._blobs.delete_prefix(
             artifacts.document_prefix(document.tenant_id, document.knowledge_base_id, document.id)
         )
+        if self.announce is not None:
+            # Before the record goes: if announcing fails, the document stays marked for deletion and
+            # the reconciler runs the whole purge again, announcing then (consumers apply it once).
+            await self.announce(document.knowledge_base_id, [document.id])
         await self._store.purge_document(document.tenant_id, document.id)
         log.info("document deleted", document_id=document.id)
 

@@ -41,7 +41,13 @@ def build_binding(
     """IngestionService, every method implemented by one of its servicers."""
     servicers = [
         KnowledgeBases(
-            settings=settings, store=store, blobs=blobs, modelhub=modelhub, retrieval=retrieval, runs=runs
+            settings=settings,
+            store=store,
+            blobs=blobs,
+            modelhub=modelhub,
+            retrieval=retrieval,
+            runs=runs,
+            announce=removal.announce,
         ),
         Uploads(settings=settings, store=store, blobs=blobs, modelhub=modelhub, runs=runs),
         Documents(settings=settings, store=store, runs=runs, removal=removal),

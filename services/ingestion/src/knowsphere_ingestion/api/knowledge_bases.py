@@ -24,11 +24,17 @@ from knowsphere_clients import (
     WrongModelType,
 )
 from knowsphere_contracts.convert import record_from
-from knowsphere_contracts.vocabulary import IN_PROGRESS_STATUSES, ChunkingStrategy, MigrationState
+from knowsphere_contracts.vocabulary import (
+    IN_PROGRESS_STATUSES,
+    ChunkingStrategy,
+    DocumentStatus,
+    MigrationState,
+)
 from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.adapters.store import DuplicateName, IngestionStore
 from knowsphere_ingestion.api import lookup
 from knowsphere_ingestion.api.convert import knowledge_base_pb
+from knowsphere_ingestion.api.documents import Announce
 from knowsphere_ingestion.api.replies import reply
 from knowsphere_ingestion.api.runs import Runs
 from knowsphere_ingestion.domain.records import ChunkingSettings, KnowledgeBase, Migration
@@ -122,6 +128,7 @@ class KnowledgeBases:
         modelhub: ModelHubClient,
         retrieval: RetrievalClient,
         runs: Runs,
+        announce: Announce | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -129,6 +136,7 @@ class KnowledgeBases:
         self._modelhub = modelhub
         self._retrieval = retrieval
         self._runs = runs
+        self._announce = announce
 
     async def _embedding_model(self, model_id: str) -> EmbeddingModel:
         """The named embedding model, or the tenant's default when none is named."""
@@ -264,14 +272,22 @@ class KnowledgeBases:
             tenant = require_identity().tenant_id
             kb = await lookup.knowledge_base(self._store, request.knowledge_base_id, with_counts=False)
             documents = await self._store.kb_documents(tenant, kb.id, IN_PROGRESS_STATUSES)
+            every = await self._store.kb_documents(tenant, kb.id, list(DocumentStatus))
             if not await self._store.delete_kb(tenant, kb.id):
                 raise not_found("knowledge base", kb.id)
             for run_id in sorted({d.ingest_run_id for d in documents}):
                 await self._runs.cancel_run(run_id)  # every document of the run goes with the knowledge base
             await self._retrieval.delete_knowledge_base(kb.id)
             await self._blobs.delete_prefix(artifacts.kb_prefix(tenant, kb.id))
+            if self._announce is not None and every:
+                try:
+                    await self._announce(kb.id, [d.id for d in every])
+                except Exception:
+                    # The knowledge base is gone already; only frequently-consulted lists keep its
+                    # documents until their owners' next citations of other documents push them out.
+                    log.exception("knowledge base deletion not announced", knowledge_base_id=kb.id)
             await self._store.purge_kb_documents(tenant, kb.id)
-            log.info("knowledge base deleted", knowledge_base_id=kb.id, documents=len(documents))
+            log.info("knowledge base deleted", knowledge_base_id=kb.id, documents=len(every))
             return pb.DeleteKnowledgeBaseResponse()
 
         return await reply(context, work)

@@ -1,4 +1,5 @@
-"""Memory on the NATS bus: document affinity from ``TurnCompleted`` events.
+"""Memory on the NATS bus: document affinity from ``TurnCompleted`` events, and deleted documents
+forgotten from ``DocumentsDeleted`` events (both JetStream durable consumers).
 
 A JetStream durable pull consumer (:data:`TURN_COMPLETED_STREAM`, subject
 ``ks.conversation.turn.completed.v1``) hands each event to the :class:`TurnRecorder` found in
@@ -20,12 +21,13 @@ from faststream.middlewares import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
 from opentelemetry import trace
 
-from knowsphere_contracts.events import TURN_COMPLETED_STREAM, TurnCompleted
+from knowsphere_contracts.events import TURN_COMPLETED_STREAM, DocumentsDeleted, TurnCompleted
 from knowsphere_memory.api.affinity import record_turn
 from knowsphere_memory.domain.ports import MemoryStore
 from knowsphere_memory.domain.records import CitedDocumentRecord, Owner
 from knowsphere_memory.settings import Settings
 from knowsphere_runtime.identity import current_identity
+from knowsphere_runtime.streams import DOCUMENTS_DELETED
 from knowsphere_telemetry import attributes
 
 log = structlog.get_logger(__name__)
@@ -108,6 +110,28 @@ def build_bus(
     async def on_turn_completed(event: TurnCompleted, recorder: Recorder) -> None:
         recorded = await recorder.apply(event)
         log.debug("turn-completed applied", turn_id=event.turn_id, recorded=recorded)
+
+    @router.subscriber(
+        DocumentsDeleted.subject,
+        stream=DOCUMENTS_DELETED,
+        durable=f"{durable_name}-deletions",
+        pull_sub=PullSub(batch_size=PULL_BATCH_SIZE),
+        config=ConsumerConfig(max_deliver=max_deliver, ack_wait=ack_wait_seconds),
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        title="memory:documents-deleted",
+        description="Removes deleted documents from every user's frequently consulted documents of the "
+        "tenant, and keeps later citations of them from counting.",
+    )
+    async def on_documents_deleted(event: DocumentsDeleted, recorder: Recorder) -> None:
+        identity = current_identity()
+        if identity is None:
+            log.error(
+                "documents-deleted event without identity headers dropped", documents=len(event.document_ids)
+            )
+            return
+        for document_id in event.document_ids:
+            await recorder.store.forget_document(identity.tenant_id, document_id)
+        log.info("deleted documents forgotten", documents=len(event.document_ids))
 
     return MemoryBus(router)
 
