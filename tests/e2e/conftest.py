@@ -14,6 +14,8 @@ from knowsphere_stack import Stack, StackConfig
 
 from .otlp_receiver import OtlpReceiver
 
+PROXY_SECRET = "e2e-proxy-secret-" + "0123456789abcdef" * 2
+
 
 @pytest.fixture(scope="session")
 def otlp() -> Iterator[OtlpReceiver]:
@@ -35,8 +37,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Itera
             # A killed ingestion worker's stage moves to another attempt after 5 s, not 30.
             "KS_INGESTION_ACTIVITY_HEARTBEAT_SECONDS": "5",
             # Tests that need a tenant of their own (a chat model set as its default) name it in
-            # identity headers; requests without them stay the default tenant.
-            "KS_GATEWAY_TRUST_IDENTITY_HEADERS": "true",
+            # identity headers, sent with this proxy secret as an authenticating proxy would;
+            # requests without them stay the local tenant (make up's local mode).
+            "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
             # A killed conversation replica's turn is delivered again after 6 s, not 30.
             "KS_CONVERSATION_TURN_ACK_WAIT_SECONDS": "6",
         },

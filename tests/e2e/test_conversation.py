@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -63,11 +64,13 @@ def model_server() -> Iterator[ScriptedProvider]:
 
 
 def tenant() -> dict[str, str]:
-    return {"x-ks-tenant-id": f"t{uuid.uuid4().hex[:10]}", "x-ks-user-id": "alice"}
+    """A tenant of its own, as an authenticating proxy names it (``client`` adds the proxy's secret)."""
+    return {"x-ks-tenant-id": f"t{uuid.uuid4().hex[:10]}", "x-ks-user-id": "alice", "x-ks-role": "admin"}
 
 
 def client(stack: Any, headers: dict[str, str]) -> httpx.Client:
-    return httpx.Client(base_url=f"{stack.gateway_url}/api/v1", timeout=TIMEOUT, headers=headers)
+    proxy = {"x-ks-proxy-secret": stack.config.extra_env["KS_GATEWAY_PROXY_SECRET"]}
+    return httpx.Client(base_url=f"{stack.gateway_url}/api/v1", timeout=TIMEOUT, headers={**proxy, **headers})
 
 
 def ready_kb(http: httpx.Client) -> tuple[str, str]:
@@ -350,3 +353,62 @@ def test_memory_hears_what_the_user_asked_it_to_remember_and_which_documents_ans
     assert [i.content for i in items.items] == ["我在财务部工作"]
     [consulted] = frequent.documents
     assert (consulted.document_id, consulted.hit_count) == (document_id, 2)
+
+
+def test_one_trace_runs_from_the_request_through_every_step_of_the_turn(
+    stack: Any, otlp: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+
+    def model(request: Recorded) -> Reply:
+        decision = openai_decision("E", request.json)
+        if decision is not None:
+            return decision
+        if request.json["messages"][-1]["role"] == "tool":
+            return openai_text_stream(["27 days [[c1]]."])
+        return openai_tool_call_stream("doc_retrieval", {"query": "annual leave"})
+
+    model_server.respond("/v1/chat/completions", model)
+    trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, _ = ready_kb(http)
+        http.headers["traceparent"] = f"00-{trace_id}-{caller_span}-01"
+        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+    assert turn[-1][0] == "completed"
+    wanted = {
+        ("gateway", "/api/v1/chat/turns"),
+        ("conversation", "conversation.query_understand"),
+        ("conversation", "conversation.agent"),
+        ("conversation", "conversation.tools"),
+        ("toolrunner", "ExecuteTool"),
+        ("retrieval", "RetrievalService/Search"),
+        ("modelhub", "ChatStream"),
+        ("modelhub", "Decide"),
+    }
+
+    def complete(spans: list[Any]) -> bool:
+        return all(any(s.service == svc and part in s.name for s in spans) for svc, part in wanted)
+
+    spans = otlp.wait_for(trace_id, complete, timeout=60)
+    missing = {w for w in wanted if not any(s.service == w[0] and w[1] in s.name for s in spans)}
+    assert not missing, sorted({(s.service, s.name) for s in spans})
+    by_id = {s.span_id: s for s in spans}
+
+    def ancestors(span: Any) -> list[Any]:
+        chain = []
+        while span.parent_span_id in by_id:
+            span = by_id[span.parent_span_id]
+            chain.append(span)
+        return chain
+
+    tools_node = next(s for s in spans if s.name == "conversation.tools")
+    execute = next(
+        s for s in spans if s.service == "toolrunner" and s.kind == "SERVER" and "ExecuteTool" in s.name
+    )
+    search = next(s for s in spans if s.service == "retrieval" and s.kind == "SERVER" and "Search" in s.name)
+    request = next(
+        s for s in spans if s.service == "gateway" and s.kind == "SERVER" and "/chat/turns" in s.name
+    )
+    assert tools_node in ancestors(execute) and execute in ancestors(search)
+    assert request in ancestors(tools_node) and request.parent_span_id == caller_span

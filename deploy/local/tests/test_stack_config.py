@@ -81,6 +81,7 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
         "KS_GATEWAY_MODELHUB_ADDR": "127.0.0.1:7416",
         "KS_GATEWAY_HTTP_HOST": "127.0.0.1",
         "KS_GATEWAY_HTTP_PORT": "8780",
+        "KS_GATEWAY_LOCAL_MODE": "true",
     }
     assert sorted(k for k in envs["conversation"] if k.endswith("_ADDR")) == [
         "KS_CONVERSATION_MEMORY_ADDR",

@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "services" / "modelhub" / "tests"))
 from scripted_provider import Recorded, Reply, ScriptedProvider  # noqa: E402
 
+PROXY_SECRET = "bench-proxy-secret-" + "0123456789abcdef" * 2
+
 HANDBOOK = (
     b"# Employee handbook\n\n## Annual leave\n\n"
     b"Every employee gets 27 days of paid annual leave per calendar year. "
@@ -44,7 +46,8 @@ def running_stack(extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
             temporal_headless=True,
             extra_env={
                 "OTEL_TRACES_EXPORTER": "none",
-                "KS_GATEWAY_TRUST_IDENTITY_HEADERS": "true",
+                # Each benchmark tenant is named by an authenticating proxy's headers.
+                "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
                 **(extra_env or {}),
             },
         )
@@ -69,7 +72,12 @@ class Tenant:
 
     stack: Stack
     headers: dict[str, str] = field(
-        default_factory=lambda: {"x-ks-tenant-id": f"bench{uuid.uuid4().hex[:8]}", "x-ks-user-id": "bench"}
+        default_factory=lambda: {
+            "x-ks-proxy-secret": PROXY_SECRET,
+            "x-ks-tenant-id": f"bench{uuid.uuid4().hex[:8]}",
+            "x-ks-user-id": "bench",
+            "x-ks-role": "admin",
+        }
     )
 
     def client(self) -> httpx.Client:

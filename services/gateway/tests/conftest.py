@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -14,8 +15,10 @@ from fastapi import FastAPI
 
 from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore
 from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_gateway.domain.tokens import TokenHasher, TokenService
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
 from knowsphere_runtime.rpc.testing import serving
@@ -44,10 +47,23 @@ class Nothing:
 GatewayApp = Callable[..., Awaitable[FastAPI]]
 
 
+TOKEN_HASH_KEY = b"gateway-tests-token-hash-key-0123456789"
+
+
 @pytest.fixture
-async def gateway(serve: Serve) -> GatewayApp:
+async def tokens(tmp_path: Path) -> AsyncIterator[TokenService]:
+    """The token service over a SQLite token store of the test's own."""
+    store = SqlTokenStore(f"sqlite+aiosqlite:///{tmp_path}/tokens.db")
+    await store.open()
+    yield TokenService(store, TokenHasher(TOKEN_HASH_KEY))
+    await store.close()
+
+
+@pytest.fixture
+async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
     """``await gateway(ingestion=…, retrieval=…, modelhub=…, **context)``: the gateway's app over fake
-    peers (servicer objects); ``context`` overrides fields of its ``GatewayContext``."""
+    peers (servicer objects); ``context`` overrides fields of its ``GatewayContext``. By default in local
+    mode as ``DEFAULT_IDENTITY``, with the ``tokens`` fixture's token service."""
 
     async def build(
         ingestion: object | None = None,
@@ -62,8 +78,8 @@ async def gateway(serve: Serve) -> GatewayApp:
             "health_probes": {},
             "bus_connected": _connected,
             "chat_turn_timeout": 5.0,
-            "default_identity": DEFAULT_IDENTITY,
-            "trust_identity_headers": False,
+            "tokens": tokens,
+            "local_identity": DEFAULT_IDENTITY,
             "ingestion": IngestionClient(await serve("ingestion", ingestion or Nothing())),
             "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),
             "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),

@@ -1,8 +1,8 @@
 """Who calls (``knowsphere_gateway.api.caller``): the identity and language a route's service calls carry.
 
 What a caller notices: a malformed ``Accept-Language`` neither stalls nor breaks a call (the services
-answer in their default language); identity headers count only behind a trusted proxy, and a malformed
-one there is a 400 naming it.
+answer in their default language); identity headers count only with the proxy's secret, and a malformed
+one there is a 400 naming it (``test_auth`` has the rest of who may call).
 """
 
 from __future__ import annotations
@@ -66,25 +66,28 @@ async def test_a_malformed_accept_language_answers_normally_in_the_default_langu
     assert [language for _, language in ingestion.callers] == [None, None, None, "de-DE"]
 
 
-async def test_identity_headers_are_ignored_unless_trusted(gateway: Any, client: Any) -> None:
+PROXY_SECRET = "proxy-secret-of-the-caller-tests-0123456"
+
+
+async def test_identity_headers_without_the_proxy_secret_are_refused_not_ignored(
+    gateway: Any, client: Any
+) -> None:
     ingestion = FakeIngestion()
-    async with client(await gateway(ingestion)) as http:
+    async with client(await gateway(ingestion)) as http:  # local mode: no credentials needed
         response = await http.get(
             "/api/v1/documents/d1", headers={"x-ks-tenant-id": "other", "x-ks-user-id": "mallory"}
         )
-    assert response.status_code == 200
-    assert ingestion.callers == [("t1", None)]  # the default identity
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert ingestion.callers == []  # the request reached nobody
 
 
 async def test_a_malformed_trusted_tenant_header_is_a_400_naming_it(gateway: Any, client: Any) -> None:
     ingestion = FakeIngestion()
-    async with client(await gateway(ingestion, trust_identity_headers=True)) as http:
-        response = await http.get(
-            "/api/v1/documents/d1", headers={"x-ks-tenant-id": "acme corp", "x-ks-user-id": "alice"}
-        )
-        trusted = await http.get(
-            "/api/v1/documents/d1", headers={"x-ks-tenant-id": "acme", "x-ks-user-id": "alice"}
-        )
+    proxy = {"x-ks-proxy-secret": PROXY_SECRET, "x-ks-user-id": "alice", "x-ks-role": "member"}
+    async with client(await gateway(ingestion, proxy_secret=PROXY_SECRET)) as http:
+        response = await http.get("/api/v1/documents/d1", headers={**proxy, "x-ks-tenant-id": "acme corp"})
+        trusted = await http.get("/api/v1/documents/d1", headers={**proxy, "x-ks-tenant-id": "acme"})
     assert response.status_code == 400
     assert response.json() == {
         "error": {

@@ -26,6 +26,8 @@ from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.rpc import errors as rpc_errors
 
 BOUNDARY = "ks-upload-boundary"
+PROXY_SECRET = "proxy-secret-of-the-knowledge-tests-0123"
+PROXY = {"x-ks-proxy-secret": PROXY_SECRET}
 
 
 class FakeIngestion:
@@ -232,9 +234,9 @@ async def test_each_tenant_sees_its_own_upload_policy(gateway: Any, client: Any)
     ingestion = SpeechForSome()
 
     def tenant(name: str) -> dict[str, str]:
-        return {"x-ks-tenant-id": name, "x-ks-user-id": "alice"}
+        return {**PROXY, "x-ks-tenant-id": name, "x-ks-user-id": "alice", "x-ks-role": "member"}
 
-    async with client(await gateway(ingestion, trust_identity_headers=True)) as http:
+    async with client(await gateway(ingestion, proxy_secret=PROXY_SECRET)) as http:
         answers = [
             await http.get("/api/v1/upload-policy", headers=tenant(name))
             for name in ("no-asr", "with-asr", "no-asr", "with-asr")

@@ -201,6 +201,8 @@ def service_env(name: str, config: StackConfig, *, master_key: str | None = None
     if name == "gateway":
         env["KS_GATEWAY_HTTP_HOST"] = LOOPBACK
         env["KS_GATEWAY_HTTP_PORT"] = str(config.gateway_http_port)
+        # Single-user local mode: no token needed on loopback (the gateway refuses it on any other host).
+        env["KS_GATEWAY_LOCAL_MODE"] = "true"
     if name == "ingestion":
         env["KS_INGESTION_TEMPORAL_ADDRESS"] = config.temporal_address
         env["KS_INGESTION_TEMPORAL_NAMESPACE"] = TEMPORAL_NAMESPACE

@@ -14,8 +14,10 @@ from knowsphere_clients import (
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
+from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore, TokenStoreComponent
 from knowsphere_gateway.api.bus import CHAT_EVENTS, build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_gateway.domain.tokens import LastUsedFlusher, TokenHasher, TokenService
 from knowsphere_gateway.settings import Settings
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import Identity
@@ -48,6 +50,9 @@ def main() -> None:
         bus = build_bus()
         broker.include_router(bus.router)
         chat_events: Fanout[ChatTurnEvent] = Fanout()
+        token_store = SqlTokenStore(settings.sqlalchemy_url())
+        tokens = TokenService(token_store, TokenHasher(settings.hash_key()))
+        proxy_secret = settings.proxy_secret.get_secret_value() if settings.proxy_secret else None
         broker.context.set_global(CHAT_EVENTS, chat_events)
         app = create_app(
             GatewayContext(
@@ -56,8 +61,17 @@ def main() -> None:
                 health_probes=probes,
                 bus_connected=partial(broker.ping, 0.5),
                 chat_turn_timeout=settings.chat_turn_timeout_seconds,
-                default_identity=Identity(settings.default_tenant_id, settings.default_user_id),
-                trust_identity_headers=settings.trust_identity_headers,
+                tokens=tokens,
+                local_identity=(
+                    Identity(settings.local_tenant_id, settings.local_user_id)
+                    if settings.local_mode
+                    else None
+                ),
+                proxy_secret=proxy_secret,
+                allowed_hosts=settings.host_allow_list(),
+                allowed_origins=frozenset(settings.allowed_origins),
+                token_default_ttl_days=settings.token_default_ttl_days,
+                token_max_ttl_days=settings.token_max_ttl_days,
                 modelhub=ModelHubClient(channels["modelhub"]),
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
@@ -74,6 +88,8 @@ def main() -> None:
             name=SERVICE_NAME, bind=settings.grpc_bind, bindings=[], grace=settings.shutdown_grace_seconds
         )
         return [
+            TokenStoreComponent(token_store),
+            LastUsedFlusher(tokens, settings.token_last_used_flush_seconds),
             ChannelsComponent([*channels.values(), own]),
             BrokerComponent(broker),
             server,

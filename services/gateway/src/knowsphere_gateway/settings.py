@@ -1,12 +1,98 @@
 """Settings of the gateway (environment variables prefixed ``KS_GATEWAY_``)."""
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from __future__ import annotations
 
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
 from knowsphere_runtime.settings import ServiceSettings
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""The Host names a local-mode gateway answers by default (DNS rebinding: any other name is refused)."""
 
-class Settings(ServiceSettings):
+TOKEN_HASH_KEY_FILE = "secrets/token-hash.key"
+MIN_SECRET_CHARS = 32
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1); a wildcard is not one."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _comma_separated(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class TokenStoreSettings(BaseSettings):
+    """What the token store needs: shared by the service and ``python -m knowsphere_gateway.tokens``,
+    which must hash tokens with the same key into the same database."""
+
+    model_config = SettingsConfigDict(env_prefix="KS_GATEWAY_", extra="ignore", frozen=True)
+
+    data_dir: Path
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL of the API tokens (postgresql+asyncpg://…); empty: SQLite in data_dir",
+    )
+    token_hash_key: SecretStr | None = Field(
+        default=None,
+        validate_default=True,
+        min_length=MIN_SECRET_CHARS,
+        description="HMAC key of stored token hashes; unset: generated once into <data_dir>/"
+        f"{TOKEN_HASH_KEY_FILE} (required with database_url, where replicas share the tokens)",
+    )
+
+    # Field validators (not a model validator) so that a refusal names the variable and never echoes
+    # the other settings, secrets among them.
+    @field_validator("token_hash_key")
+    @classmethod
+    def _shared_tokens_need_a_shared_key(
+        cls, key: SecretStr | None, info: ValidationInfo
+    ) -> SecretStr | None:
+        if key is None and info.data.get("database_url"):
+            raise ValueError(
+                "required with KS_GATEWAY_DATABASE_URL: every replica must hash tokens with the same key"
+            )
+        return key
+
+    def sqlalchemy_url(self) -> str:
+        """The tokens' database: ``database_url`` (a plain ``postgresql://`` URL, as in the Secret's
+        template, gets the async driver), or SQLite in the data dir."""
+        if not self.database_url:
+            return f"sqlite+aiosqlite:///{self.data_dir / 'gateway.db'}"
+        scheme, _, rest = self.database_url.partition("://")
+        return f"postgresql+asyncpg://{rest}" if scheme in ("postgresql", "postgres") else self.database_url
+
+    def hash_key(self) -> bytes:
+        """``token_hash_key``, or the key in the data dir (created, readable by the owner only, once)."""
+        if self.token_hash_key is not None:
+            return self.token_hash_key.get_secret_value().encode()
+        path = self.data_dir / TOKEN_HASH_KEY_FILE
+        if not path.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                with open(path, "x", opener=lambda name, flags: os.open(name, flags, 0o600)) as f:
+                    f.write(secrets.token_hex(32))
+            except FileExistsError:
+                pass  # another process wrote it first: use theirs
+        return path.read_text().strip().encode()
+
+
+class Settings(ServiceSettings, TokenStoreSettings):
     model_config = SettingsConfigDict(env_prefix="KS_GATEWAY_", extra="ignore", frozen=True)
 
     grpc_port: int = Field(default=7410, ge=1, le=65535)
@@ -23,14 +109,59 @@ class Settings(ServiceSettings):
         default=120.0, gt=0, description="longest wait for the next event of a turn"
     )
     health_check_timeout_seconds: float = Field(default=2.0, gt=0)
-    # Until API tokens exist, a single-tenant local mode: every caller acts as this identity,
-    # unless the gateway sits behind a proxy that authenticates and sets the identity headers.
-    default_tenant_id: str = "local"
-    default_user_id: str = "local"
-    trust_identity_headers: bool = Field(
+
+    # --- who may call ---
+    local_mode: bool = Field(
         default=False,
-        description="accept X-KS-Tenant-Id / X-KS-User-Id from an authenticating proxy",
+        description="single-user mode: a request without credentials acts as the admin local_tenant_id/"
+        "local_user_id; only on a loopback http_host (make up turns it on)",
     )
+    local_tenant_id: str = "local"
+    local_user_id: str = "local"
+    proxy_secret: SecretStr | None = Field(
+        default=None,
+        min_length=MIN_SECRET_CHARS,
+        description="accept X-KS-Tenant-Id / X-KS-User-Id / X-KS-Role from an authenticating proxy that "
+        "sends this value in X-KS-Proxy-Secret",
+    )
+    token_default_ttl_days: int = Field(
+        default=DEFAULT_TOKEN_TTL_DAYS, ge=1, description="expiry of a token created without one"
+    )
+    token_max_ttl_days: int = Field(
+        default=MAX_TOKEN_TTL_DAYS, ge=1, description="the longest expiry a token may ask for"
+    )
+    token_last_used_flush_seconds: float = Field(
+        default=60.0, gt=0, description="how often the last-used times of tokens are written, in one batch"
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the API answers (comma-separated); empty: localhost names in local mode, "
+        "any otherwise",
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="browser origins (https://host[:port]) besides the gateway's own that may send "
+        "state-changing requests (comma-separated)",
+    )
+
+    _split_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_separated)
+
+    @field_validator("local_mode")
+    @classmethod
+    def _local_mode_only_on_loopback(cls, local_mode: bool, info: ValidationInfo) -> bool:
+        host = info.data.get("http_host", "")
+        if local_mode and not is_loopback(host):
+            raise ValueError(
+                f"local mode serves every caller without a token, so it binds to loopback only; "
+                f"KS_GATEWAY_HTTP_HOST={host!r} is not a loopback address"
+            )
+        return local_mode
+
+    def host_allow_list(self) -> frozenset[str] | None:
+        """The Host names to answer, lower-case; None: any."""
+        if self.allowed_hosts:
+            return frozenset(host.lower() for host in self.allowed_hosts)
+        return frozenset(LOCAL_HOSTS) if self.local_mode else None
 
     def peer_addresses(self) -> dict[str, str]:
         return {

@@ -7,14 +7,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
 from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_gateway.api.browser import BrowserGuard
 from knowsphere_gateway.api.bus import GatewayBus
-from knowsphere_gateway.api.caller import caller_dependency
+from knowsphere_gateway.api.caller import (
+    AUTH_RESPONSES,
+    Authenticator,
+    authorization_dependency,
+    caller_dependency,
+    install_auth_error_handler,
+)
 from knowsphere_gateway.api.chat import StoredEvents, build_chat_router
 from knowsphere_gateway.api.errors import install_error_handlers
 from knowsphere_gateway.api.knowledge import build_knowledge_router, knowledge_base_exists
@@ -22,7 +29,9 @@ from knowsphere_gateway.api.models import build_models_router
 from knowsphere_gateway.api.progress import build_progress_router
 from knowsphere_gateway.api.search import build_search_router
 from knowsphere_gateway.api.sessions import build_sessions_router
+from knowsphere_gateway.api.tokens import build_tokens_router
 from knowsphere_gateway.api.uploads import build_uploads_router
+from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS, TokenService
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
 
@@ -38,13 +47,20 @@ class GatewayContext:
     health_probes: Mapping[str, HealthProbe]
     bus_connected: Callable[[], Awaitable[bool]]
     chat_turn_timeout: float
-    default_identity: Identity
-    trust_identity_headers: bool
+    tokens: TokenService
     modelhub: ModelHubClient
     retrieval: RetrievalClient
     ingestion: IngestionClient
     conversation: ConversationClient
     stored_turn_events: StoredEvents | None = None
+    # Who may call (see api/caller.py and api/browser.py): local single-user mode acts as
+    # ``local_identity``; ``proxy_secret`` lets an authenticating proxy vouch for callers.
+    local_identity: Identity | None = None
+    proxy_secret: str | None = None
+    allowed_hosts: frozenset[str] | None = None
+    allowed_origins: frozenset[str] = frozenset()
+    token_default_ttl_days: int = DEFAULT_TOKEN_TTL_DAYS
+    token_max_ttl_days: int = MAX_TOKEN_TTL_DAYS
 
 
 class HealthReport(BaseModel):
@@ -60,20 +76,45 @@ def create_app(ctx: GatewayContext) -> FastAPI:
         version="0.1.0",
     )
     install_error_handlers(app)
-    caller = caller_dependency(ctx.default_identity, ctx.trust_identity_headers)
+    install_auth_error_handler(app)
+    app.add_middleware(BrowserGuard, allowed_hosts=ctx.allowed_hosts, allowed_origins=ctx.allowed_origins)
+    caller = caller_dependency(Authenticator(ctx.tokens, ctx.local_identity, ctx.proxy_secret))
+    # Every API route: the caller's role is checked (domain/access.py) before the route runs.
+    guarded = [Depends(authorization_dependency(caller))]
     kb_exists = knowledge_base_exists(ctx.ingestion, caller)
 
     app.include_router(
         build_chat_router(
             ctx.bus, ctx.chat_events, caller, ctx.chat_turn_timeout, ctx.conversation, ctx.stored_turn_events
-        )
+        ),
+        dependencies=guarded,
+        responses=AUTH_RESPONSES,
     )
-    app.include_router(build_models_router(ctx.modelhub, caller))
-    app.include_router(build_sessions_router(ctx.conversation, caller))
-    app.include_router(build_search_router(ctx.retrieval, caller))
-    app.include_router(build_knowledge_router(ctx.ingestion, caller))
-    app.include_router(build_uploads_router(ctx.ingestion, caller, kb_exists))
-    app.include_router(build_progress_router(ctx.ingestion, caller, kb_exists))
+    app.include_router(
+        build_models_router(ctx.modelhub, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_sessions_router(ctx.conversation, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_search_router(ctx.retrieval, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_knowledge_router(ctx.ingestion, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_uploads_router(ctx.ingestion, caller, kb_exists), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_progress_router(ctx.ingestion, caller, kb_exists),
+        dependencies=guarded,
+        responses=AUTH_RESPONSES,
+    )
+    app.include_router(
+        build_tokens_router(ctx.tokens, caller, ctx.token_default_ttl_days, ctx.token_max_ttl_days),
+        dependencies=guarded,
+        responses=AUTH_RESPONSES,
+    )
 
     @app.get("/healthz", response_model=HealthReport, tags=["operations"])
     async def healthz() -> JSONResponse:

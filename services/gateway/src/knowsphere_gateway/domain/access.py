@@ -1,0 +1,69 @@
+"""Which role each route of the public API needs: one table, read by the authorization dependency.
+
+Admins manage knowledge bases, models, agents and tokens; members chat, upload and keep their own
+sessions; read-only callers read and search. A route missing from the table needs ``admin`` (closed by
+default), and a test fails until it is listed. The role is checked before the route looks anything up,
+so a 403 says nothing about whether a resource exists.
+"""
+
+from __future__ import annotations
+
+from knowsphere_gateway.domain.tokens import Role
+
+ADMIN, MEMBER, READ_ONLY = Role.ADMIN, Role.MEMBER, Role.READ_ONLY
+
+ROUTE_ROLES: dict[tuple[str, str], Role] = {
+    # knowledge bases and documents
+    ("POST", "/api/v1/knowledge-bases"): ADMIN,
+    ("GET", "/api/v1/knowledge-bases"): READ_ONLY,
+    ("GET", "/api/v1/knowledge-bases/{kb_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/knowledge-bases/{kb_id}"): ADMIN,
+    ("DELETE", "/api/v1/knowledge-bases/{kb_id}"): ADMIN,
+    ("GET", "/api/v1/knowledge-bases/{kb_id}/documents"): READ_ONLY,
+    ("GET", "/api/v1/documents/{document_id}"): READ_ONLY,
+    ("DELETE", "/api/v1/documents/{document_id}"): MEMBER,
+    ("POST", "/api/v1/documents/{document_id}/reingest"): MEMBER,
+    ("GET", "/api/v1/upload-policy"): READ_ONLY,
+    ("POST", "/api/v1/knowledge-bases/{kb_id}/documents"): MEMBER,
+    ("POST", "/api/v1/knowledge-bases/{kb_id}/documents/batch"): MEMBER,
+    ("GET", "/api/v1/documents/{document_id}/progress"): READ_ONLY,
+    ("GET", "/api/v1/knowledge-bases/{kb_id}/progress"): READ_ONLY,
+    ("POST", "/api/v1/knowledge-bases/{kb_id}/search"): READ_ONLY,
+    # models
+    ("GET", "/api/v1/providers"): READ_ONLY,
+    ("GET", "/api/v1/models"): READ_ONLY,
+    ("POST", "/api/v1/models"): ADMIN,
+    ("GET", "/api/v1/models/defaults/{type}"): READ_ONLY,
+    ("PUT", "/api/v1/models/defaults/{type}"): ADMIN,
+    ("GET", "/api/v1/models/{model_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/models/{model_id}"): ADMIN,
+    ("DELETE", "/api/v1/models/{model_id}"): ADMIN,
+    ("GET", "/api/v1/models/{model_id}/usages"): READ_ONLY,
+    # chat and sessions (a session is its user's own)
+    ("POST", "/api/v1/chat/turns"): MEMBER,
+    ("GET", "/api/v1/chat/turns/{turn_id}/events"): MEMBER,
+    ("POST", "/api/v1/chat/turns/{turn_id}/cancel"): MEMBER,
+    ("POST", "/api/v1/sessions"): MEMBER,
+    ("GET", "/api/v1/sessions"): READ_ONLY,
+    ("GET", "/api/v1/sessions/{session_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/sessions/{session_id}"): MEMBER,
+    ("DELETE", "/api/v1/sessions/{session_id}"): MEMBER,
+    ("GET", "/api/v1/sessions/{session_id}/messages"): READ_ONLY,
+    # tokens
+    ("POST", "/api/v1/tokens"): ADMIN,
+    ("GET", "/api/v1/tokens"): ADMIN,
+    ("GET", "/api/v1/tokens/{token_id}"): ADMIN,
+    ("DELETE", "/api/v1/tokens/{token_id}"): ADMIN,
+}
+
+UNLISTED_ROUTE_ROLE = ADMIN
+
+
+def role_needed(method: str, path: str) -> Role:
+    """The role a request to the route ``path`` (its template, e.g. ``/api/v1/models/{model_id}``)
+    needs; HEAD counts as GET."""
+    method = "GET" if method == "HEAD" else method
+    return ROUTE_ROLES.get((method, path), UNLISTED_ROUTE_ROLE)
+
+
+__all__ = ["ROUTE_ROLES", "UNLISTED_ROUTE_ROLE", "role_needed"]
