@@ -13,7 +13,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
+from knowsphere_clients import (
+    ConversationClient,
+    IngestionClient,
+    MemoryClient,
+    ModelHubClient,
+    RetrievalClient,
+)
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore
 from knowsphere_gateway.api.bus import build_bus
@@ -70,6 +76,7 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
         retrieval: object | None = None,
         modelhub: object | None = None,
         conversation: object | None = None,
+        memory: object | None = None,
         **context: Any,
     ) -> FastAPI:
         fields: dict[str, Any] = {
@@ -84,6 +91,7 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
             "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),
             "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),
             "conversation": ConversationClient(await serve("conversation", conversation or Nothing())),
+            "memory": MemoryClient(await serve("memory", memory or Nothing())),
         }
         fields.update(context)
         return create_app(GatewayContext(**fields))

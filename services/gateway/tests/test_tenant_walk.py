@@ -3,7 +3,7 @@ token, and with the owner's.
 
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
-base, document, progress stream, search, session, turn, model or token of the owner's, and its own
+base, document, progress stream, search, session, turn, model, memory item or token of the owner's, and its own
 (empty) views elsewhere; the owner gets the same routes answered.
 
 The peers are tenant-scoped fakes on real gRPC servers (any request naming a resource id answers
@@ -41,6 +41,7 @@ RESOURCE_FIELDS = frozenset(
         "session_id",
         "model_id",
         "turn_id",
+        "memory_item_id",
     }
 )
 PATH_IDS = {
@@ -49,6 +50,7 @@ PATH_IDS = {
     "session_id": "session-a",
     "model_id": "model-a",
     "turn_id": "turn-a",
+    "item_id": "item-a",
     "type": "knowledge_qa",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
@@ -69,6 +71,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/sessions"): {"json": {"title": "t"}},
     ("PATCH", "/api/v1/sessions/{session_id}"): {"json": {"title": "t"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "n", "role": "member"}},
+    ("PATCH", "/api/v1/memory/items/{item_id}"): {"json": {"content": "I work in finance"}},
 }
 NAMES_A_RESOURCE_IN_ITS_BODY = {("PUT", "/api/v1/models/defaults/{type}"), ("POST", "/api/v1/chat/turns")}
 # Publishing a turn needs NATS (test_chat covers it); the owner's walk leaves it out.
@@ -201,7 +204,8 @@ async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_
     gateway: Any, client: Any, tokens: TokenService, tenants: list[str]
 ) -> None:
     peers = {
-        name: TenantScoped(name, tenants) for name in ("ingestion", "retrieval", "modelhub", "conversation")
+        name: TenantScoped(name, tenants)
+        for name in ("ingestion", "retrieval", "modelhub", "conversation", "memory")
     }
     app = await gateway(**peers, local_identity=None, stored_turn_events=stored_turn_events)
     owner = (await tokens.issue(OWNER, Role.ADMIN, name="owner", ttl=timedelta(days=1))).token

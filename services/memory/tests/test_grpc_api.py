@@ -10,7 +10,7 @@ import pytest
 
 from knowsphere.memory.v1 import memory_pb2 as mpb
 from knowsphere_clients import MemoryClient
-from knowsphere_clients.errors import Aborted, InvalidArgument, NotFound, ServiceError
+from knowsphere_clients.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, ServiceError
 from knowsphere_memory.domain.statements import matching_items, parse_forget, parse_remember
 from knowsphere_runtime.identity import Identity, bound_identity, bound_language
 
@@ -294,3 +294,38 @@ async def test_the_background_stays_within_its_token_budget(memory: MemoryClient
     assert 0 < len(background.profile) < 10
     assert estimate_tokens(background.rendered) <= 400
     assert all(item.content in background.rendered for item in background.profile)
+
+
+async def test_a_user_edits_an_item_and_cannot_edit_it_into_a_duplicate_or_someone_elses(
+    memory: MemoryClient,
+) -> None:
+    with bound_identity(ALICE):
+        done = await memory.remember(
+            remember_request((PROFILE, "I work in finance"), (FACT, "My desk is 4F-12"))
+        )
+        finance, desk = (r.item for r in done.items)
+        edited = await memory.update_memory_item(
+            mpb.UpdateMemoryItemRequest(memory_item_id=desk.id, content="My desk is 5F-03")
+        )
+        assert edited.item.content == "My desk is 5F-03" and edited.item.kind == FACT
+        moved = await memory.update_memory_item(
+            mpb.UpdateMemoryItemRequest(memory_item_id=desk.id, kind=INTEREST)
+        )
+        assert moved.item.kind == INTEREST and moved.item.content == "My desk is 5F-03"
+        with pytest.raises(AlreadyExists) as duplicate:
+            await memory.update_memory_item(
+                mpb.UpdateMemoryItemRequest(
+                    memory_item_id=desk.id, kind=PROFILE, content=" I work in FINANCE "
+                )
+            )
+        assert duplicate.value.field == "content"
+        with pytest.raises(InvalidArgument) as long:
+            await memory.update_memory_item(
+                mpb.UpdateMemoryItemRequest(memory_item_id=desk.id, content="x" * 501)
+            )
+        assert long.value.field == "content" and "limit is 500" in long.value.message
+        assert sorted(i.content for i in await all_items(memory)) == ["I work in finance", "My desk is 5F-03"]
+    with bound_identity(BOB), pytest.raises(NotFound):
+        await memory.update_memory_item(
+            mpb.UpdateMemoryItemRequest(memory_item_id=finance.id, content="mine now")
+        )

@@ -58,6 +58,10 @@ class MemoryClient(ServiceClient):
         response: mpb.ListMemoryItemsResponse = await self._call("ListMemoryItems", request)
         return response
 
+    async def update_memory_item(self, request: mpb.UpdateMemoryItemRequest) -> mpb.UpdateMemoryItemResponse:
+        response: mpb.UpdateMemoryItemResponse = await self._call("UpdateMemoryItem", request)
+        return response
+
     async def delete_memory_item(self, request: mpb.DeleteMemoryItemRequest) -> mpb.DeleteMemoryItemResponse:
         response: mpb.DeleteMemoryItemResponse = await self._call("DeleteMemoryItem", request)
         return response

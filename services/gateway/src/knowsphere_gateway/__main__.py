@@ -7,6 +7,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from knowsphere_clients import (
     ConversationClient,
     IngestionClient,
+    MemoryClient,
     ModelHubClient,
     RetrievalClient,
     service_channel,
@@ -76,6 +77,7 @@ def main() -> None:
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
                 conversation=ConversationClient(channels["conversation"]),
+                memory=MemoryClient(channels["memory"]),
                 stored_turn_events=lambda turn_id: read_subject(
                     broker.config.connection_state.stream,
                     CHAT_EVENTS_STREAM,

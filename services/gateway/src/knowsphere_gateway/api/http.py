@@ -11,7 +11,13 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from knowsphere_clients import ConversationClient, IngestionClient, ModelHubClient, RetrievalClient
+from knowsphere_clients import (
+    ConversationClient,
+    IngestionClient,
+    MemoryClient,
+    ModelHubClient,
+    RetrievalClient,
+)
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.api.browser import BrowserGuard
 from knowsphere_gateway.api.bus import GatewayBus
@@ -25,6 +31,7 @@ from knowsphere_gateway.api.caller import (
 from knowsphere_gateway.api.chat import StoredEvents, build_chat_router
 from knowsphere_gateway.api.errors import install_error_handlers
 from knowsphere_gateway.api.knowledge import build_knowledge_router, knowledge_base_exists
+from knowsphere_gateway.api.memory import build_memory_router
 from knowsphere_gateway.api.models import build_models_router
 from knowsphere_gateway.api.progress import build_progress_router
 from knowsphere_gateway.api.search import build_search_router
@@ -52,6 +59,7 @@ class GatewayContext:
     retrieval: RetrievalClient
     ingestion: IngestionClient
     conversation: ConversationClient
+    memory: MemoryClient
     stored_turn_events: StoredEvents | None = None
     # Who may call (see api/caller.py and api/browser.py): local single-user mode acts as
     # ``local_identity``; ``proxy_secret`` lets an authenticating proxy vouch for callers.
@@ -95,6 +103,9 @@ def create_app(ctx: GatewayContext) -> FastAPI:
     )
     app.include_router(
         build_sessions_router(ctx.conversation, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_memory_router(ctx.memory, caller), dependencies=guarded, responses=AUTH_RESPONSES
     )
     app.include_router(
         build_search_router(ctx.retrieval, caller), dependencies=guarded, responses=AUTH_RESPONSES

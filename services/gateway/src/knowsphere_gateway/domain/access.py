@@ -49,6 +49,11 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("PATCH", "/api/v1/sessions/{session_id}"): MEMBER,
     ("DELETE", "/api/v1/sessions/{session_id}"): MEMBER,
     ("GET", "/api/v1/sessions/{session_id}/messages"): READ_ONLY,
+    # the caller's own memory
+    ("GET", "/api/v1/memory/items"): READ_ONLY,
+    ("PATCH", "/api/v1/memory/items/{item_id}"): MEMBER,
+    ("DELETE", "/api/v1/memory/items/{item_id}"): MEMBER,
+    ("GET", "/api/v1/memory/frequent-documents"): READ_ONLY,
     # tokens
     ("POST", "/api/v1/tokens"): ADMIN,
     ("GET", "/api/v1/tokens"): ADMIN,

@@ -48,7 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from knowsphere.memory.v1 import memory_pb2 as mpb
 from knowsphere.memory.v1.memory_enums import MemoryItemKind
-from knowsphere_memory.domain.ports import RevisionConflict
+from knowsphere_memory.domain.ports import ItemConflict, RevisionConflict
 from knowsphere_memory.domain.records import (
     BackgroundSources,
     CitedDocumentRecord,
@@ -466,6 +466,25 @@ class SqlMemoryStore(SqlDatabase):
                 {"f": filter_key, "t": last.create_time.astimezone(UTC).isoformat(), "i": last.id}
             )
         return Page(records, token)
+
+    async def update_item(
+        self, owner: Owner, item_id: str, kind: MemoryItemKind, content: str, normalised: str, now: datetime
+    ) -> MemoryItemRecord | None:
+        """The item with its new kind and content; None when it is not the owner's. Raises
+        :class:`ItemConflict` when another item of the owner already says the same."""
+        try:
+            async with self.engine.begin() as conn:
+                done = await conn.execute(
+                    update(memory_items)
+                    .where(_owned(memory_items, owner), memory_items.c.id == item_id)
+                    .values(kind=kind.value, content=content, normalised_content=normalised, update_time=now)
+                )
+                if not done.rowcount:
+                    return None
+                row = (await conn.execute(select(memory_items).where(memory_items.c.id == item_id))).one()
+        except IntegrityError as error:
+            raise ItemConflict(item_id) from error
+        return _item(row)
 
     async def delete_item(self, owner: Owner, item_id: str) -> bool:
         async with self.engine.begin() as conn:

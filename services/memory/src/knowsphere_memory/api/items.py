@@ -15,13 +15,14 @@ import secrets
 import time
 from typing import Any
 
+import grpc
 from opentelemetry import trace
 
 from knowsphere.memory.v1 import memory_pb2 as mpb
 from knowsphere.memory.v1.memory_enums import MemoryItemKind, StatementForm
 from knowsphere_memory.api import convert
 from knowsphere_memory.api.requests import Clock, caller, optional_id, page_size, required_id, utc_now
-from knowsphere_memory.domain.ports import MemoryStore
+from knowsphere_memory.domain.ports import ItemConflict, MemoryStore
 from knowsphere_memory.domain.records import MemoryItemRecord, NewItem, Owner
 from knowsphere_memory.domain.statements import (
     USER_ROLE,
@@ -32,7 +33,7 @@ from knowsphere_memory.domain.statements import (
     parse_remember,
 )
 from knowsphere_memory.settings import Settings
-from knowsphere_runtime.rpc.errors import answer, invalid, not_found
+from knowsphere_runtime.rpc.errors import RequestError, answer, invalid, not_found
 from knowsphere_telemetry import attributes
 
 tracer = trace.get_tracer("knowsphere.memory")
@@ -163,6 +164,38 @@ class ItemsServicer:
             return mpb.ListMemoryItemsResponse(
                 items=[convert.memory_item(r) for r in page.records], next_page_token=page.next_page_token
             )
+
+        return await answer(context, work)
+
+    async def UpdateMemoryItem(self, request: mpb.UpdateMemoryItemRequest, context: Any) -> Any:
+        async def work() -> mpb.UpdateMemoryItemResponse:
+            item_id = required_id("memory_item_id", request.memory_item_id, self._settings.max_id_chars)
+            owner = caller()
+            current = next((r for r in await self._all_items(owner) if r.id == item_id), None)
+            if current is None:
+                raise not_found("memory item", item_id)
+            kind = current.kind
+            if request.kind:
+                found = MemoryItemKind.from_number(request.kind)
+                if found is None:
+                    raise invalid("kind", "must be profile, interest or fact")
+                kind = found
+            content = request.content.strip() if request.HasField("content") else current.content
+            max_chars = self._settings.memory_item_max_chars
+            if len(content) > max_chars:
+                raise invalid("content", f"{len(content)} characters; the limit is {max_chars}")
+            key = normalise(content)
+            if not key:
+                raise invalid("content", "empty")
+            try:
+                updated = await self._store.update_item(owner, item_id, kind, content, key, self._clock())
+            except ItemConflict:
+                raise RequestError(
+                    grpc.StatusCode.ALREADY_EXISTS, "another memory item already says this", field="content"
+                ) from None
+            if updated is None:
+                raise not_found("memory item", item_id)
+            return mpb.UpdateMemoryItemResponse(item=convert.memory_item(updated))
 
         return await answer(context, work)
 

@@ -26,6 +26,10 @@ from knowsphere_memory.domain.records import (
 )
 
 
+class ItemConflict(Exception):
+    """An edit would make a memory item equal to another item of its owner."""
+
+
 class RevisionConflict(Exception):
     """A summary write expected a revision that is no longer the stored one."""
 
@@ -96,6 +100,10 @@ class MemoryStore(Protocol):
     ) -> Page[MemoryItemRecord]:
         """Newest first. Raises ValueError naming ``page_token`` for a token it did not issue."""
         ...
+
+    async def update_item(
+        self, owner: Owner, item_id: str, kind: MemoryItemKind, content: str, normalised: str, now: datetime
+    ) -> MemoryItemRecord | None: ...
 
     async def delete_item(self, owner: Owner, item_id: str) -> bool: ...
 

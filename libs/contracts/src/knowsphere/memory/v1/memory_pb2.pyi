@@ -344,6 +344,22 @@ class DeleteMemoryItemResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class UpdateMemoryItemRequest(_message.Message):
+    __slots__ = ("memory_item_id", "content", "kind")
+    MEMORY_ITEM_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    memory_item_id: str
+    content: str
+    kind: MemoryItemKind
+    def __init__(self, memory_item_id: _Optional[str] = ..., content: _Optional[str] = ..., kind: _Optional[_Union[MemoryItemKind, str]] = ...) -> None: ...
+
+class UpdateMemoryItemResponse(_message.Message):
+    __slots__ = ("item",)
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    item: MemoryItem
+    def __init__(self, item: _Optional[_Union[MemoryItem, _Mapping]] = ...) -> None: ...
+
 class ApplyStatementsRequest(_message.Message):
     __slots__ = ("text", "session_id", "source_message_id")
     TEXT_FIELD_NUMBER: _ClassVar[int]

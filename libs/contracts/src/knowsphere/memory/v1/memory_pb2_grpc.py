@@ -75,6 +75,11 @@ class MemoryServiceStub:
                 request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemRequest.SerializeToString,
                 response_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemResponse.FromString,
                 _registered_method=True)
+        self.UpdateMemoryItem = channel.unary_unary(
+                '/knowsphere.memory.v1.MemoryService/UpdateMemoryItem',
+                request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemRequest.SerializeToString,
+                response_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemResponse.FromString,
+                _registered_method=True)
         self.RecordCitedDocuments = channel.unary_unary(
                 '/knowsphere.memory.v1.MemoryService/RecordCitedDocuments',
                 request_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.RecordCitedDocumentsRequest.SerializeToString,
@@ -166,6 +171,15 @@ class MemoryServiceServicer:
     def DeleteMemoryItem(self, request, context):
         """Deletes one memory item. NOT_FOUND when unknown (a retried delete that already succeeded reports
         NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMemoryItem(self, request, context):
+        """Changes one memory item (the user editing it): its content, its kind, or both. NOT_FOUND when
+        unknown or not the caller's; ALREADY_EXISTS when the change would make it equal to another item of
+        the caller (same kind and normalised content). An update that changes nothing succeeds.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -272,6 +286,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteMemoryItem,
                     request_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemRequest.FromString,
                     response_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemResponse.SerializeToString,
+            ),
+            'UpdateMemoryItem': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemoryItem,
+                    request_deserializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemRequest.FromString,
+                    response_serializer=knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemResponse.SerializeToString,
             ),
             'RecordCitedDocuments': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordCitedDocuments,
@@ -516,6 +535,33 @@ class MemoryService:
             '/knowsphere.memory.v1.MemoryService/DeleteMemoryItem',
             knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemRequest.SerializeToString,
             knowsphere_dot_memory_dot_v1_dot_memory__pb2.DeleteMemoryItemResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemoryItem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/knowsphere.memory.v1.MemoryService/UpdateMemoryItem',
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemRequest.SerializeToString,
+            knowsphere_dot_memory_dot_v1_dot_memory__pb2.UpdateMemoryItemResponse.FromString,
             options,
             channel_credentials,
             insecure,
