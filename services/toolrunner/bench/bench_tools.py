@@ -6,11 +6,12 @@
   health check of the same server are the floor any call pays on this machine.
 - Stored results: a 1 MB tool result read back through GetStoredData (one call, the whole text) and
   through the get_stored_data tool (every page, as the model would), each ``--reads`` times.
-- Sandbox start-to-exit: reported as null here — the sandbox is built separately; its benchmark joins
-  this one when it lands.
+- Sandbox start-to-exit of an empty Python script (``bench_sandbox.measure``: the whole path
+  execute_skill_script takes, every protection in force), goal < 150 ms.
 
 The store is the service's SQLite file in a temporary data folder (the bench writes the 1 MB result
-into it directly); the peers (retrieval, modelhub) are not needed and point at a closed port. The last
+into it directly, and installs the bound skill, with a script, beside it); the peers (retrieval,
+modelhub) are not needed and point at a closed port. The last
 line printed is the JSON of all figures.
 """
 
@@ -31,6 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# The sibling benchmark (run as a script, this folder is on sys.path).
+from bench_sandbox import GOAL_MS as SANDBOX_GOAL_MS
+from bench_sandbox import measure as measure_sandbox
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -42,8 +46,10 @@ from knowsphere_runtime.rpc import check_health, open_channel
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
 from knowsphere_toolrunner.domain.ports import StoredResult
 from knowsphere_toolrunner.settings import Settings
+from knowsphere_toolrunner.skills import SkillStore
 
 IDENTITY = Identity("bench", "bench-user")
+BOUND_SKILL = "report-writer"
 MEGABYTE_CHARS = 1_000_000
 LIST_GOAL_MS = 2.0
 START_TIMEOUT_SECONDS = 60
@@ -89,8 +95,22 @@ def start_service(folder: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "knowsphere_toolrunner"], env=env)
 
 
+def install_skill(folder: str) -> None:
+    """The bound skill, as an operator installs it: ListTools looks at its files to offer
+    execute_skill_script."""
+    skill = SkillStore(Path(folder)).tenant_dir(IDENTITY.tenant_id) / BOUND_SKILL
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\ndescription: Writes reports.\n---\nRun scripts/build.py.\n")
+    (skill / "scripts" / "build.py").write_text("print('report')\n")
+
+
 async def bench(
-    service: subprocess.Popen[bytes], folder: str, port: int, list_calls: int, reads: int
+    service: subprocess.Popen[bytes],
+    folder: str,
+    port: int,
+    list_calls: int,
+    reads: int,
+    sandbox_runs: int,
 ) -> dict[str, Any]:
     channel = open_channel(f"127.0.0.1:{port}", services=[CONTRACTS["toolrunner"].descriptor])
     settings = Settings(data_dir=Path(folder), retrieval_addr="unused", modelhub_addr="unused")
@@ -106,15 +126,13 @@ async def bench(
     finally:
         await store.close()
         await channel.close()
+    # In this process, after the service's calls: the sandbox path alone, as the service runs it.
+    sandbox = await measure_sandbox(sandbox_runs, warmup=3)
     return {
         "list_tools": listing,
         "grpc_health_check_floor": floor,
         "stored_1mb": stored,
-        "sandbox_start_to_exit": {
-            "p50_ms": None,
-            "p95_ms": None,
-            "note": "sandbox not part of this build (built separately); goal < 150 ms",
-        },
+        "sandbox_start_to_exit": sandbox,
     }
 
 
@@ -144,8 +162,11 @@ async def _bench_health(channel: Any, calls: int) -> dict[str, Any]:
 async def _bench_list_tools(stub: Any, calls: int) -> dict[str, Any]:
     request = pb.ListToolsRequest(
         switches=pb.TurnSwitches(knowledge_base_ids=["kb-1", "kb-2"], web_search=True, knowledge_graph=True),
-        skill_names=["report-writer"],
+        skill_names=[BOUND_SKILL],
     )
+    warm = await stub.ListTools(request)
+    if "execute_skill_script" not in [tool.name for tool in warm.tools]:
+        raise RuntimeError("the bound skill's script did not bring execute_skill_script")
     for _ in range(max(50, calls // 10)):
         await stub.ListTools(request)
     samples = []
@@ -225,12 +246,16 @@ def main() -> None:
     )
     parser.add_argument("--list-calls", type=int, default=2000)
     parser.add_argument("--reads", type=int, default=10)
+    parser.add_argument("--sandbox-runs", type=int, default=30)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         port = closed_port()
+        install_skill(folder)
         service = start_service(folder, port)
         try:
-            figures = asyncio.run(bench(service, folder, port, args.list_calls, args.reads))
+            figures = asyncio.run(
+                bench(service, folder, port, args.list_calls, args.reads, args.sandbox_runs)
+            )
         finally:
             service.send_signal(signal.SIGTERM)
             service.wait(timeout=30)
@@ -244,7 +269,11 @@ def main() -> None:
         f"get_stored_data tool, {stored['get_stored_data_tool_all_pages']['pages']} pages, "
         f"p50 {stored['get_stored_data_tool_all_pages']['p50_ms']} ms"
     )
-    print("sandbox start-to-exit: null (the sandbox is built separately)")
+    sandbox = figures["sandbox_start_to_exit"]
+    print(
+        f"sandbox start-to-exit, empty Python script: p50 {sandbox['p50_ms']} ms, p95 {sandbox['p95_ms']} ms "
+        f"(goal < {SANDBOX_GOAL_MS:g} ms; {', '.join(sandbox['protections'])})"
+    )
     print(json.dumps(figures, ensure_ascii=False))
 
 

@@ -28,12 +28,14 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import ModelHubClient, RetrievalClient
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_egress import EgressClient, Resolver
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
 from knowsphere_toolrunner.api.grpc import build_binding
 from knowsphere_toolrunner.settings import Settings
-from knowsphere_toolrunner.toolbox import build_servicer
+from knowsphere_toolrunner.skills import SkillStore
+from knowsphere_toolrunner.toolbox import build_mcp_discovery, build_sandbox, build_servicers
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "services" / "modelhub" / "tests"))
@@ -212,19 +214,36 @@ async def configure_kb(peers: Peers, identity: Identity, kb: str, chunks: Sequen
 
 @asynccontextmanager
 async def toolrunner_service(
-    folder: Path, retrieval: grpc.aio.Channel, modelhub: grpc.aio.Channel, **overrides: Any
+    folder: Path,
+    retrieval: grpc.aio.Channel,
+    modelhub: grpc.aio.Channel,
+    resolver: Resolver | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Any]:
-    """The toolrunner wired as ``__main__`` wires it, on loopback; yields its stub."""
+    """The toolrunner wired as ``__main__`` wires it, on loopback; yields its stub. ``resolver``
+    replaces the egress guard's DNS (names the tests own)."""
     settings = Settings(data_dir=folder, retrieval_addr="unused", modelhub_addr="unused", **overrides)
     store = SqlToolResultStore(settings.result_store_url())
     await store.open()
-    binding = build_binding(
-        build_servicer(settings, store, RetrievalClient(retrieval), ModelHubClient(modelhub))
+    egress = EgressClient(settings.egress, resolver=resolver)
+    servicers = build_servicers(
+        settings,
+        store,
+        RetrievalClient(retrieval),
+        ModelHubClient(modelhub),
+        SkillStore(settings.data_dir, settings.skills),
+        build_sandbox(settings),
+        egress,
     )
+    mcp = build_mcp_discovery(settings, egress, servicers)
+    await mcp.start()
+    binding = build_binding(servicers.all)
     try:
         async with serving("toolrunner", binding=binding) as channel:
             yield CONTRACTS["toolrunner"].stub(channel)
     finally:
+        await mcp.stop()
+        await egress.aclose()
         await store.close()
 
 
@@ -236,6 +255,26 @@ def toolrunner(tmp_path: Path, peers: Peers) -> Callable[..., Any]:
         return toolrunner_service(tmp_path / "toolrunner", peers.retrieval, peers.modelhub, **overrides)
 
     return start
+
+
+def write_skill(data_dir: Path, tenant: str, name: str, files: Mapping[str, str | bytes]) -> Path:
+    """Install a skill as an operator does: files under ``<data_dir>/skills/<tenant folder>/<name>/``."""
+    folder = SkillStore(data_dir).tenant_dir(tenant) / name
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return folder
+
+
+@pytest.fixture
+def install_skill(tmp_path: Path) -> Callable[..., Path]:
+    """``install_skill(identity, name, {"SKILL.md": …, "scripts/x.py": …})`` into the toolrunner's data."""
+
+    def install(identity: Identity, name: str, files: Mapping[str, str | bytes]) -> Path:
+        return write_skill(tmp_path / "toolrunner", identity.tenant_id, name, files)
+
+    return install
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ async def test_no_switch_on_leaves_the_tools_that_need_none(lone_toolrunner):
     )  # run-time tools are never selected
 
 
-async def test_each_switch_brings_its_tools(lone_toolrunner):
+async def test_each_switch_brings_its_tools(lone_toolrunner, install_skill):
+    install_skill(ACME, "report-writer", {"SKILL.md": "Write reports.", "scripts/build.py": "print(1)"})
     async with lone_toolrunner() as stub:
         with bound_identity(ACME):
             kb_only = await stub.ListTools(

@@ -71,20 +71,6 @@ async def test_a_tool_whose_switch_is_off_is_unavailable_this_turn(lone_toolrunn
     assert "knowledge graph is off" in graph.content
 
 
-async def test_a_tool_not_built_yet_says_so(lone_toolrunner):
-    web_on = pb.ToolContext(switches=pb.TurnSwitches(web_search=True))
-    skills = pb.ToolContext(skill_names=["report-writer"])
-    async with lone_toolrunner() as stub:
-        with bound_identity(ACME):
-            fetch = await stub.ExecuteTool(call("web_fetch", {"url": "https://example.com"}, web_on))
-            read = await stub.ExecuteTool(
-                call("read_file", {"path": "/skills/report-writer/SKILL.md"}, skills)
-            )
-    assert fetch.error.code == read.error.code == pb.TOOL_ERROR_CODE_FAILED
-    assert "web_fetch is not implemented yet" in fetch.content and fetch.attempts == 1
-    assert "read_file is not implemented yet" in read.content
-
-
 async def test_a_tool_that_keeps_failing_is_tried_three_times_each_its_own_span(lone_toolrunner, spans):
     async with lone_toolrunner(retry_backoff_seconds=0.01) as stub:  # retrieval is down
         with bound_identity(ACME):

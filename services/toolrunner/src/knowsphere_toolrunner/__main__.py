@@ -1,15 +1,18 @@
-"""Wiring of the toolrunner service: store, peers (retrieval, modelhub), tools, gRPC server. No logic."""
+"""Wiring of the toolrunner service: store, skills, sandbox, egress guard, peers (retrieval, modelhub),
+tools, MCP servers' tools, gRPC server. No logic."""
 
 from knowsphere_clients import ModelHubClient, RetrievalClient, service_channel
+from knowsphere_egress import EgressClient
 from knowsphere_runtime.lifecycle import ChannelsComponent, Component, run_service
 from knowsphere_runtime.rpc import GrpcServer
 from knowsphere_runtime.settings import load_settings
 from knowsphere_toolrunner import SERVICE_NAME
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
 from knowsphere_toolrunner.api.grpc import build_binding
-from knowsphere_toolrunner.core import ToolRunnerCore
+from knowsphere_toolrunner.core import EgressComponent, ToolRunnerCore
 from knowsphere_toolrunner.settings import Settings
-from knowsphere_toolrunner.toolbox import build_servicer
+from knowsphere_toolrunner.skills import SkillStore
+from knowsphere_toolrunner.toolbox import build_mcp_discovery, build_sandbox, build_servicers
 
 
 def main() -> None:
@@ -19,18 +22,29 @@ def main() -> None:
         store = SqlToolResultStore(settings.result_store_url())
         retrieval_channel = service_channel("retrieval", settings.retrieval_addr, settings)
         modelhub_channel = service_channel("modelhub", settings.modelhub_addr, settings)
-        servicer = build_servicer(
-            settings, store, RetrievalClient(retrieval_channel), ModelHubClient(modelhub_channel)
+        egress = EgressClient(settings.egress)
+        servicers = build_servicers(
+            settings,
+            store,
+            RetrievalClient(retrieval_channel),
+            ModelHubClient(modelhub_channel),
+            SkillStore(settings.data_dir, settings.skills),
+            build_sandbox(settings),
+            egress,
         )
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer)],
+            bindings=[build_binding(servicers.all)],
             grace=settings.shutdown_grace_seconds,
         )
         return [
             ChannelsComponent([retrieval_channel, modelhub_channel]),
             ToolRunnerCore(settings, store),
+            EgressComponent(egress),
+            build_mcp_discovery(
+                settings, egress, servicers
+            ),  # before the server: tools offered from the start
             server,
         ]
 

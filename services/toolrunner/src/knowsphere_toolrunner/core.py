@@ -1,10 +1,22 @@
-"""Start-up and shutdown of the toolrunner's store."""
+"""Start-up and shutdown of the toolrunner's store, egress client and MCP servers' tools."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Sequence
+
+import httpx
+import structlog
+
+from knowsphere_egress import EgressClient
 from knowsphere_runtime.lifecycle import StartupError
+from knowsphere_toolrunner.adapters.mcp_http import McpHttpServer
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
-from knowsphere_toolrunner.settings import Settings
+from knowsphere_toolrunner.domain.tools.base import Tool
+from knowsphere_toolrunner.domain.tools.mcp import McpRefused, McpTool, McpUnavailable, mcp_tool_name
+from knowsphere_toolrunner.settings import McpServer, Settings
+
+log = structlog.get_logger(__name__)
 
 
 class ToolRunnerCore:
@@ -30,3 +42,85 @@ class ToolRunnerCore:
 
     async def stop(self, grace: float | None = None) -> None:
         await self._store.close()
+
+
+class EgressComponent:
+    """Closes the egress guard's connections at shutdown (the client itself needs no start)."""
+
+    name = "toolrunner-egress"
+
+    def __init__(self, egress: EgressClient) -> None:
+        self._egress = egress
+
+    async def start(self) -> object:
+        return None
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self._egress.aclose()
+
+
+class McpDiscovery:
+    """Lists the configured MCP servers' tools at start-up and offers them as ``<server>__<tool>``.
+
+    A server that cannot be reached or refuses is logged and left out (the service still starts; its
+    tools read as unknown until the next start); so are tools whose names a model API would refuse.
+    """
+
+    name = "toolrunner-mcp"
+
+    def __init__(
+        self,
+        servers: Sequence[McpServer],
+        egress: EgressClient,
+        add_tools: Callable[[Sequence[Tool]], None],
+        *,
+        tool_timeout_seconds: float,
+        discovery_timeout_seconds: float,
+        max_tools_per_server: int,
+    ) -> None:
+        self._servers = servers
+        self._egress = egress
+        self._add_tools = add_tools
+        self._tool_timeout = tool_timeout_seconds
+        self._discovery_timeout = discovery_timeout_seconds
+        self._max_tools = max_tools_per_server
+        self._clients: list[httpx.AsyncClient] = []
+
+    async def start(self) -> object:
+        names = [server.name for server in self._servers]
+        for index, name in enumerate(names):
+            if names.index(name) != index:
+                # Checked here, not in the settings: a settings error would print the whole list,
+                # bearer tokens included.
+                raise StartupError(f"KS_TOOLRUNNER_MCP_SERVERS[{index}].name: {name!r} is used twice")
+        found = await asyncio.gather(*(self._discover(server) for server in self._servers))
+        tools = [tool for server_tools in found for tool in server_tools]
+        self._add_tools(tools)
+        return None
+
+    async def _discover(self, server: McpServer) -> list[Tool]:
+        token = server.bearer_token.get_secret_value()
+        http = self._egress.http_client()  # sets its own headers: the token is added to them
+        if token:
+            http.headers["authorization"] = f"Bearer {token}"
+        self._clients.append(http)
+        port = McpHttpServer(server.name, server.url, http)
+        try:
+            async with asyncio.timeout(self._discovery_timeout):
+                infos = await port.list_tools(limit=self._max_tools)
+        except (McpRefused, McpUnavailable, TimeoutError) as error:
+            log.warning("mcp_server_left_out", server=server.name, reason=str(error) or type(error).__name__)
+            return []
+        tools: list[Tool] = []
+        for info in infos:
+            if mcp_tool_name(server.name, info.name) is None:
+                log.warning("mcp_tool_left_out", server=server.name, tool=info.name[:100])
+                continue
+            tools.append(McpTool(port, info, timeout=self._tool_timeout))
+        log.info("mcp_server_tools", server=server.name, tools=[t.spec.name for t in tools])
+        return tools
+
+    async def stop(self, grace: float | None = None) -> None:
+        for client in self._clients:
+            await client.aclose()
+        self._clients.clear()

@@ -1,15 +1,24 @@
-"""The tools this service runs, built from its settings and ports: the one list to edit when a tool
-arrives. A web or skills tool replaces the placeholder of the same name from
-:mod:`knowsphere_toolrunner.domain.tools.pending`."""
+"""The tools this service runs, built from its settings and ports (the one list to edit when a tool
+arrives), the adapters chosen by settings (search provider, sandbox), and the servicers over them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import structlog
+
+from knowsphere_egress import EgressClient
 from knowsphere_toolrunner.adapters.distiller_modelhub import ChatCompleter, ModelHubDistiller
+from knowsphere_toolrunner.adapters.search_searxng import SearxngSearch
+from knowsphere_toolrunner.adapters.search_tavily import TavilySearch
 from knowsphere_toolrunner.api.grpc import ToolServicer
+from knowsphere_toolrunner.api.skills import SkillServicer
+from knowsphere_toolrunner.core import McpDiscovery
 from knowsphere_toolrunner.domain.catalog import Catalogue
 from knowsphere_toolrunner.domain.execution import ExecutionLimits, ToolExecutor
 from knowsphere_toolrunner.domain.externalise import ExternaliseLimits, Externaliser
 from knowsphere_toolrunner.domain.ports import Distiller, ToolResultStore
+from knowsphere_toolrunner.domain.skill_runs import ScriptRunner, SkillRunner, UnavailableSandbox
 from knowsphere_toolrunner.domain.tools.base import Tool
 from knowsphere_toolrunner.domain.tools.generation import GeneratePptx
 from knowsphere_toolrunner.domain.tools.knowledge import (
@@ -20,13 +29,57 @@ from knowsphere_toolrunner.domain.tools.knowledge import (
     ListChunks,
     QueryKnowledgeGraph,
 )
-from knowsphere_toolrunner.domain.tools.pending import pending_tools
 from knowsphere_toolrunner.domain.tools.planning import WritePlan
+from knowsphere_toolrunner.domain.tools.skills import ExecuteSkillScript, ReadFile
 from knowsphere_toolrunner.domain.tools.stored import GetStoredData
+from knowsphere_toolrunner.domain.tools.web import WebFetch, WebFetchLimits, WebSearch, WebSearchLimits
+from knowsphere_toolrunner.domain.web_search import NoSearchProvider, SearchProvider
+from knowsphere_toolrunner.sandbox import SandboxError, ScriptSandbox
 from knowsphere_toolrunner.settings import Settings
+from knowsphere_toolrunner.skills.store import SkillStore
+
+log = structlog.get_logger(__name__)
 
 
-def build_tools(settings: Settings, reader: KnowledgeReader, store: ToolResultStore) -> list[Tool]:
+def build_sandbox(settings: Settings) -> ScriptRunner:
+    """The skill-script sandbox; where this machine cannot run it (no bwrap, no user namespaces, no
+    seccomp), a stand-in that refuses each run with the reason, so everything else still serves."""
+    try:
+        sandbox = ScriptSandbox(settings.sandbox)
+    except SandboxError as error:
+        log.warning("sandbox_unavailable", reason=str(error))
+        return UnavailableSandbox(str(error))
+    log.info("sandbox_ready", protections=list(sandbox.protections))
+    return sandbox
+
+
+def build_search_provider(settings: Settings, egress: EgressClient) -> SearchProvider:
+    if settings.web_search_provider == "searxng":
+        return SearxngSearch(
+            egress,
+            settings.searxng_url,
+            timeout_seconds=settings.web_search_timeout_seconds,
+            max_response_bytes=settings.web_search_max_response_bytes,
+        )
+    if settings.web_search_provider == "tavily":
+        return TavilySearch(
+            egress,
+            settings.tavily_api_key,
+            base_url=settings.tavily_url,
+            timeout_seconds=settings.web_search_timeout_seconds,
+            max_response_bytes=settings.web_search_max_response_bytes,
+        )
+    return NoSearchProvider()
+
+
+def build_tools(
+    settings: Settings,
+    reader: KnowledgeReader,
+    store: ToolResultStore,
+    skills: SkillStore,
+    skill_runner: SkillRunner,
+    egress: EgressClient,
+) -> list[Tool]:
     knowledge = settings.knowledge_tool_timeout_seconds
     return [
         WritePlan(),
@@ -53,7 +106,26 @@ def build_tools(settings: Settings, reader: KnowledgeReader, store: ToolResultSt
             timeout=settings.generation_tool_timeout_seconds,
         ),
         GetStoredData(store, page_chars=settings.stored_page_chars, timeout=settings.tool_timeout_seconds),
-        *pending_tools(),
+        ReadFile(skills, max_chars=settings.skill_read_text_chars, timeout=settings.tool_timeout_seconds),
+        ExecuteSkillScript(skill_runner, settings.sandbox, timeout=settings.skill_script_timeout_seconds),
+        WebSearch(
+            build_search_provider(settings, egress),
+            WebSearchLimits(
+                default_results=settings.web_search_default_results,
+                max_results=settings.web_search_max_results,
+                timeout_seconds=settings.web_tool_timeout_seconds,
+            ),
+        ),
+        WebFetch(
+            egress,
+            WebFetchLimits(
+                max_bytes=settings.web_fetch_max_bytes,
+                fetch_timeout_seconds=settings.web_fetch_timeout_seconds,
+                max_chars=settings.web_fetch_max_chars,
+                max_pdf_pages=settings.web_fetch_max_pdf_pages,
+                timeout_seconds=settings.web_tool_timeout_seconds,
+            ),
+        ),
     ]
 
 
@@ -84,21 +156,60 @@ def build_executor(
     )
 
 
-def build_servicer(
-    settings: Settings, store: ToolResultStore, reader: KnowledgeReader, models: ChatCompleter
-) -> ToolServicer:
-    """The toolrunner's servicer over its store and peers (retrieval's and modelhub's clients)."""
+@dataclass(frozen=True)
+class Servicers:
+    tools: ToolServicer
+    skills: SkillServicer
+
+    @property
+    def all(self) -> list[object]:
+        return [self.tools, self.skills]
+
+
+def build_servicers(
+    settings: Settings,
+    store: ToolResultStore,
+    reader: KnowledgeReader,
+    models: ChatCompleter,
+    skills: SkillStore,
+    sandbox: ScriptRunner,
+    egress: EgressClient,
+) -> Servicers:
+    """The toolrunner's servicers over its store, skills, sandbox, egress guard and peers (retrieval's
+    and modelhub's clients)."""
     distiller = ModelHubDistiller(
         models,
         model_id=settings.distil_model_id,
         timeout_seconds=settings.distil_timeout_seconds,
         max_input_chars=settings.distil_max_input_chars,
     )
-    catalogue = Catalogue(build_tools(settings, reader, store))
-    return ToolServicer(
+    skill_runner = SkillRunner(skills, sandbox, store)
+    catalogue = Catalogue(build_tools(settings, reader, store, skills, skill_runner, egress))
+    tools = ToolServicer(
         catalogue,
         build_executor(settings, catalogue, store, distiller),
         store,
+        skills,
         snippet_chars=settings.source_snippet_chars,
         artifact_chunk_bytes=settings.artifact_chunk_bytes,
+    )
+    skill_methods = SkillServicer(
+        skills,
+        skill_runner,
+        page_size=settings.skills_page_size,
+        max_page_size=settings.skills_max_page_size,
+        inline_output_bytes=settings.skill_output_inline_bytes,
+    )
+    return Servicers(tools, skill_methods)
+
+
+def build_mcp_discovery(settings: Settings, egress: EgressClient, servicers: Servicers) -> McpDiscovery:
+    """The component that offers the configured MCP servers' tools once it has listed them."""
+    return McpDiscovery(
+        settings.mcp_servers,
+        egress,
+        servicers.tools.add_tools,
+        tool_timeout_seconds=settings.mcp_tool_timeout_seconds,
+        discovery_timeout_seconds=settings.mcp_discovery_timeout_seconds,
+        max_tools_per_server=settings.mcp_max_tools_per_server,
     )

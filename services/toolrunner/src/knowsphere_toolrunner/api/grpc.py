@@ -1,19 +1,19 @@
 """The gRPC face of the toolrunner service.
 
-ListTools, ExecuteTool, GetStoredData and DownloadArtifact are served here; the skills methods answer
-UNIMPLEMENTED naming the capability they arrive with. Problems the model should read come back inside
+ListTools, ExecuteTool, GetStoredData and DownloadArtifact are served here; the skills methods by
+:mod:`knowsphere_toolrunner.api.skills`. Problems the model should read come back inside
 ExecuteToolResponse; gRPC errors are kept for the caller's own mistakes (a missing ref id) and for
 ids that are not the caller's (NOT_FOUND, never "forbidden").
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as pb
 from knowsphere_contracts.services import CONTRACTS
-from knowsphere_runtime.identity import require_identity
+from knowsphere_runtime.identity import current_identity, require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
 from knowsphere_runtime.rpc.errors import abort, answer, invalid, not_found
 from knowsphere_toolrunner.api.convert import (
@@ -29,8 +29,9 @@ from knowsphere_toolrunner.api.convert import (
 from knowsphere_toolrunner.domain.catalog import Catalogue
 from knowsphere_toolrunner.domain.execution import ToolExecutor
 from knowsphere_toolrunner.domain.ports import ToolResultStore
+from knowsphere_toolrunner.domain.tools.base import Tool
+from knowsphere_toolrunner.skills.store import SkillError, SkillStore
 
-SKILLS_CAPABILITY = "skills and the sandbox"
 # Distinct listings kept ready (switch combinations × agents' selections); the cache starts over when full.
 LISTING_CACHE_SIZE = 1024
 
@@ -41,6 +42,7 @@ class ToolServicer:
         catalogue: Catalogue,
         executor: ToolExecutor,
         store: ToolResultStore,
+        skills: SkillStore,
         *,
         snippet_chars: int,
         artifact_chunk_bytes: int,
@@ -48,22 +50,32 @@ class ToolServicer:
         self._catalogue = catalogue
         self._executor = executor
         self._store = store
+        self._skills = skills
         self._snippet_chars = snippet_chars
         self._chunk_bytes = artifact_chunk_bytes
         # Built once: the messages (and so their bytes) of a tool never change while the service runs.
         self._spec_messages = {spec.name: spec_message(spec) for spec in catalogue.specs}
         self._listings: dict[tuple[object, ...], pb.ListToolsResponse] = {}
 
+    def add_tools(self, tools: Sequence[Tool]) -> None:
+        """Offer more tools from now on (MCP servers' tools, once discovered)."""
+        self._catalogue.add(tools)
+        self._spec_messages.update({tool.spec.name: spec_message(tool.spec) for tool in tools})
+        self._listings.clear()
+
     async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
-        # The answer depends only on which switches are on, the selection as a set and whether skills
-        # are bound (never on the ids), so every turn with the same shape shares one ready answer.
+        # The answer depends only on which switches are on, the selection as a set, whether skills are
+        # bound and whether one of them has scripts (never on the ids), so every turn with the same
+        # shape shares one ready answer.
         switches = request.switches
+        skill_scripts = bool(request.skill_names) and await self._bound_skill_has_scripts(request.skill_names)
         key = (
             bool(switches.knowledge_base_ids),
             switches.web_search,
             switches.knowledge_graph,
             frozenset(request.tool_names),
             bool(request.skill_names),
+            skill_scripts,
             request.catalog_view,
         )
         cached = self._listings.get(key)
@@ -73,6 +85,7 @@ class ToolServicer:
             switches_of(switches),
             tuple(request.tool_names),
             tuple(request.skill_names),
+            skill_scripts=skill_scripts,
             catalog_view=request.catalog_view,
         )
         response = pb.ListToolsResponse(
@@ -83,6 +96,17 @@ class ToolServicer:
             self._listings.clear()
         self._listings[key] = response
         return response
+
+    async def _bound_skill_has_scripts(self, names: Sequence[str]) -> bool:
+        identity = current_identity()
+        if identity is None:
+            return False  # no tenant, no skills: read_file alone is offered and answers "not found"
+        # A handful of directory reads (no file is opened), in line: a thread hop would cost more than
+        # the look-up, and ListTools is on every turn's path (p95 goal 2 ms).
+        try:
+            return self._skills.any_has_scripts(identity.tenant_id, names)
+        except SkillError:
+            return False  # a tenant id the store refuses has no skills
 
     async def ExecuteTool(self, request: pb.ExecuteToolRequest, context: Any) -> pb.ExecuteToolResponse:
         async def work() -> pb.ExecuteToolResponse:
@@ -123,5 +147,6 @@ class ToolServicer:
             yield pb.DownloadArtifactResponse(chunk=data[start : start + self._chunk_bytes])
 
 
-def build_binding(servicer: ToolServicer) -> ServiceBinding:
-    return bind_service(CONTRACTS["toolrunner"].descriptor, servicer, pending=SKILLS_CAPABILITY)
+def build_binding(servicers: Sequence[object]) -> ServiceBinding:
+    """The toolrunner service over its servicers (tools and stored results; skills)."""
+    return bind_service(CONTRACTS["toolrunner"].descriptor, list(servicers), pending="")

@@ -6,8 +6,8 @@ always give the same list with the same schema texts: it is part of the cached p
 
 Trimming: a knowledge-base tool needs a selected knowledge base, a web tool web search on, the graph
 tool the graph on as well as a knowledge base; run-time tools are never selected by agents: read_file
-and execute_skill_script come with bound skills, get_stored_data always. write_plan and generate_pptx
-depend on no switch.
+comes with bound skills, execute_skill_script when one of them has scripts, get_stored_data always.
+write_plan and generate_pptx depend on no switch.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ REASONS = {
     Needs.WEB: "web search is off this turn",
     Needs.KNOWLEDGE_GRAPH: "the knowledge graph is off this turn",
     Needs.SKILLS: "no skill is bound to the agent",
+    Needs.SKILL_SCRIPTS: "no skill bound to the agent has scripts",
 }
 UNKNOWN_TOOL = "unknown tool"
 # Checked in this order, so a tool missing two switches names the first (the graph tool without a
 # knowledge base says "no knowledge base").
-_NEEDS_ORDER = (Needs.KNOWLEDGE_BASE, Needs.KNOWLEDGE_GRAPH, Needs.WEB, Needs.SKILLS)
+_NEEDS_ORDER = (Needs.KNOWLEDGE_BASE, Needs.KNOWLEDGE_GRAPH, Needs.WEB, Needs.SKILLS, Needs.SKILL_SCRIPTS)
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,25 @@ class Listing:
     omitted: tuple[Omitted, ...]
 
 
+# Tools without a contract category (MCP servers' tools) come after every category.
+_UNCATEGORISED_LAST = 1_000
+
+
 def _order(spec: ToolSpec) -> tuple[int, str]:
-    return (spec.category.number, spec.name)
+    return (spec.category.number if spec.category is not None else _UNCATEGORISED_LAST, spec.name)
 
 
-def missing_switch(spec: ToolSpec, switches: TurnSwitches, skill_names: Sequence[str]) -> str | None:
-    """Why ``spec`` cannot run this turn, or None when it can."""
+def missing_switch(
+    spec: ToolSpec, switches: TurnSwitches, skill_names: Sequence[str], *, skill_scripts: bool
+) -> str | None:
+    """Why ``spec`` cannot run this turn, or None when it can. ``skill_scripts``: a bound skill has
+    scripts (the caller looked the skills up)."""
     present = {
         Needs.KNOWLEDGE_BASE: bool(switches.knowledge_base_ids),
         Needs.WEB: switches.web_search,
         Needs.KNOWLEDGE_GRAPH: switches.knowledge_graph,
         Needs.SKILLS: bool(skill_names),
+        Needs.SKILL_SCRIPTS: bool(skill_names) and skill_scripts,
     }
     for need in _NEEDS_ORDER:
         if need in spec.needs and not present[need]:
@@ -64,7 +73,12 @@ class Catalogue:
     """Every tool the service can run, by name."""
 
     def __init__(self, tools: Iterable[Tool]) -> None:
-        by_name: dict[str, Tool] = {}
+        self._tools: dict[str, Tool] = {}
+        self.add(tools)
+
+    def add(self, tools: Iterable[Tool]) -> None:
+        """Register more tools (those of MCP servers, discovered at start-up); the order stays fixed."""
+        by_name = dict(self._tools)
         for tool in tools:
             name = tool.spec.name
             if name in by_name:
@@ -85,9 +99,11 @@ class Catalogue:
         tool_names: Sequence[str] = (),
         skill_names: Sequence[str] = (),
         *,
+        skill_scripts: bool = False,
         catalog_view: bool = False,
     ) -> Listing:
-        """The tools of one turn in catalogue order, and the selected ones left out with the reason."""
+        """The tools of one turn in catalogue order, and the selected ones left out with the reason.
+        ``skill_scripts``: one of the bound skills has scripts (execute_skill_script is offered)."""
         if catalog_view:
             return Listing(tuple(s for s in self.specs if s.selectable), ())
         selected = set(tool_names)
@@ -95,12 +111,12 @@ class Catalogue:
         omitted: list[Omitted] = []
         for spec in self.specs:
             if spec.category == ToolCategory.RUNTIME:
-                if missing_switch(spec, switches, skill_names) is None:
+                if missing_switch(spec, switches, skill_names, skill_scripts=skill_scripts) is None:
                     tools.append(spec)
                 continue
             if selected and spec.name not in selected:
                 continue
-            reason = missing_switch(spec, switches, skill_names)
+            reason = missing_switch(spec, switches, skill_names, skill_scripts=skill_scripts)
             if reason is None:
                 tools.append(spec)
             else:

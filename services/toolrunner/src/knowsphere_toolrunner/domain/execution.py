@@ -34,6 +34,7 @@ from knowsphere_toolrunner.domain.tools.base import (
     ToolOutput,
     ToolProblem,
     ToolSpec,
+    TransientProblem,
 )
 
 log = structlog.get_logger(__name__)
@@ -100,6 +101,8 @@ def reason_for_model(error: Exception) -> str:
     (those go to the span and the log)."""
     if isinstance(error, ServiceError):
         return f"{error.service or 'a service'} answered {error.status.name}"
+    if isinstance(error, TransientProblem):
+        return error.message
     return type(error).__name__
 
 
@@ -172,7 +175,9 @@ class ToolExecutor:
                 ToolErrorCode.UNKNOWN_TOOL, f"There is no tool named {name!r}. Use one of the tools offered."
             )
         spec = tool.spec
-        reason = missing_switch(spec, context.switches, context.skill_names)
+        # Whether the named skill has that script is execute_skill_script's own check, with a clearer
+        # answer than "unavailable this turn".
+        reason = missing_switch(spec, context.switches, context.skill_names, skill_scripts=True)
         if reason is not None:
             return _failure(
                 ToolErrorCode.UNAVAILABLE_THIS_TURN, f"{name} cannot be used this turn: {reason}."

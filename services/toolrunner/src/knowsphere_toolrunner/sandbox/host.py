@@ -23,6 +23,12 @@ def locate_bwrap(configured: Path | None = None) -> Path | None:
         return Path(found) if found else None
 
 
+def locate_setpriv() -> Path | None:
+    """util-linux's setpriv, which starts a run as its own uid when the service runs as root."""
+    found = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
+    return Path(found) if found else None
+
+
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is missing or disabled."""
     libc = ctypes.CDLL(None, use_errno=True)

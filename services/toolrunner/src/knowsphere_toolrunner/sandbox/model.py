@@ -21,6 +21,8 @@ class SandboxRequest:
     stdin: bytes = b""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables; nothing of the service's own environment reaches the sandbox."""
+    wall_time_seconds: float | None = None
+    """A shorter wall-clock limit for this run; None (or more than the limits allow) = the limits'."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from knowsphere_toolrunner.sandbox.host import landlock_abi, locate_bwrap
+from knowsphere_toolrunner.sandbox.host import landlock_abi, locate_bwrap, locate_setpriv
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
 from knowsphere_toolrunner.sandbox.model import SandboxError, SandboxErrorCode, SandboxRequest, SandboxResult
 from knowsphere_toolrunner.sandbox.seccomp import SeccompUnsupported, seccomp_program
@@ -108,6 +108,12 @@ class ScriptSandbox:
         self._launcher_source = (Path(__file__).parent / "launcher.py").read_bytes()
         slots = range(self.limits.max_concurrent_runs)
         self._switch_uid = os.geteuid() == 0
+        self._setpriv = locate_setpriv() if self._switch_uid else None
+        if self._switch_uid and self._setpriv is None:
+            raise SandboxError(
+                SandboxErrorCode.UNAVAILABLE,
+                "running as root, a run switches to its own uid with setpriv (util-linux), which is missing",
+            )
         self._free_uids: list[int | None] = [
             self.limits.host_uid_base + slot if self._switch_uid else None for slot in slots
         ]
@@ -298,6 +304,13 @@ class ScriptSandbox:
             argv = self._bwrap_argv(
                 run_dir, env, seccomp_fd, self._launcher_arguments(channel_write, command)
             )
+            if uid is not None:
+                # setpriv switches to the run's uid, then execs bwrap. Switching in the child with
+                # subprocess's user=/group= would make it fork() instead of vfork(): in a process with
+                # gRPC's threads, the fork handlers then crash the child now and then (SIGSEGV before
+                # exec). With no uid change the child is vfork()ed and runs no fork handlers.
+                assert self._setpriv is not None
+                argv = [str(self._setpriv), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
             pass_fds = (channel_write,) if seccomp_fd is None else (channel_write, seccomp_fd)
             started = time.monotonic()
             process = await asyncio.create_subprocess_exec(
@@ -308,16 +321,16 @@ class ScriptSandbox:
                 pass_fds=pass_fds,
                 start_new_session=True,
                 env={},
-                user=uid,
-                group=uid,
-                extra_groups=[] if uid is not None else None,
             )
             os.close(channel_write)
             channel_write = -1
             channel, channel_transport = await _pipe_reader(channel_read)
             channel_read = -1
             try:
-                return await self._supervise(process, request.stdin, channel, started)
+                wall_time = self.limits.wall_time_seconds
+                if request.wall_time_seconds is not None:
+                    wall_time = min(wall_time, request.wall_time_seconds)
+                return await self._supervise(process, request.stdin, channel, started, wall_time)
             finally:
                 # Also when the caller gives up (cancellation): nothing of the run may outlive it.
                 if process.returncode is None:
@@ -337,6 +350,7 @@ class ScriptSandbox:
         stdin: bytes,
         channel: asyncio.StreamReader,
         started: float,
+        wall_time: float,
     ) -> SandboxResult:
         limits = self.limits
         assert process.stdin and process.stdout and process.stderr
@@ -353,7 +367,7 @@ class ScriptSandbox:
         )
         try:
             try:
-                async with asyncio.timeout(limits.wall_time_seconds):
+                async with asyncio.timeout(wall_time):
                     await process.wait()
             except TimeoutError:
                 timed_out = True

@@ -14,8 +14,8 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -70,6 +70,8 @@ class SkillSummary:
     """The SKILL.md as agents address it: ``/skills/<name>/SKILL.md``."""
     has_scripts: bool
     file_count: int
+    update_time: float = 0.0
+    """Newest modification time among the skill's files (seconds since the epoch)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,17 @@ class Skill:
     """SKILL.md without its front matter."""
     files: tuple[str, ...]
     """Relative paths of the skill's regular files, sorted."""
+    file_sizes: Mapping[str, int] = field(default_factory=dict)
+    """Size in bytes of each of ``files``."""
+
+
+@dataclass(frozen=True)
+class SkillFileHead:
+    """The start of a skill file, at most the size asked for."""
+
+    content: bytes
+    size_bytes: int
+    truncated: bool
 
 
 def tenant_folder_name(tenant: str) -> str:
@@ -140,9 +153,25 @@ class SkillStore:
                 continue  # not a skill (no SKILL.md), or unsafe: not offered
         return summaries
 
+    def any_has_scripts(self, tenant: str, names: Collection[str]) -> bool:
+        """Whether one of the tenant's skills ``names`` has a script (without reading any file): what
+        ListTools asks on every turn. Missing, invalid and unsafe skills count as having none."""
+        for name in names:
+            try:
+                files = [
+                    path
+                    for path, _ in self._walk_entries(tenant, check_skill_name(name), refuse_unsafe=False)
+                ]
+            except SkillError:
+                continue
+            if SKILL_FILE in files and any(path.endswith(SCRIPT_SUFFIXES) for path in files):
+                return True
+        return False
+
     def get_skill(self, tenant: str, name: str) -> Skill:
         check_skill_name(name)
-        files = self._files(tenant, name)
+        entries = dict(self._walk_entries(tenant, name, refuse_unsafe=False))
+        files = list(entries)
         if SKILL_FILE not in files:
             raise SkillError(SkillErrorCode.NOT_FOUND, f"skill: no skill {name!r}", field="skill")
         text = self._read(tenant, name, SKILL_FILE).decode("utf-8", errors="replace")
@@ -153,8 +182,14 @@ class SkillStore:
             path=f"{VIRTUAL_ROOT}/{name}/{SKILL_FILE}",
             has_scripts=any(path.endswith(SCRIPT_SUFFIXES) for path in files),
             file_count=len(files),
+            update_time=max(entry.st_mtime for entry in entries.values()),
         )
-        return Skill(summary=summary, instructions=body, files=tuple(sorted(files)))
+        return Skill(
+            summary=summary,
+            instructions=body,
+            files=tuple(sorted(files)),
+            file_sizes={path: entry.st_size for path, entry in entries.items()},
+        )
 
     def read_file(self, tenant: str, path: str, bound: Collection[str]) -> bytes:
         """A file of a bound skill, addressed as ``/skills/<name>/<path>`` (``read_file``'s argument)."""
@@ -162,6 +197,22 @@ class SkillStore:
         if name not in bound:
             raise SkillError(SkillErrorCode.NOT_FOUND, f"path: no skill {name!r}", field="path")
         return self._read(tenant, name, relative)
+
+    def read_head(self, tenant: str, path: str, bound: Collection[str], max_bytes: int) -> SkillFileHead:
+        """As :meth:`read_file`, but a file larger than ``max_bytes`` gives its first ``max_bytes``
+        (marked truncated) instead of an error."""
+        name, relative = self.split_virtual_path(path)
+        if name not in bound:
+            raise SkillError(SkillErrorCode.NOT_FOUND, f"path: no skill {name!r}", field="path")
+        parts = [tenant_folder_name(tenant), name, *_check_relative(relative, "path")]
+        fd = self._open_beneath(parts, directory=False)
+        try:
+            size = os.fstat(fd).st_size
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                content = handle.read(max_bytes)
+        finally:
+            os.close(fd)
+        return SkillFileHead(content=content, size_bytes=size, truncated=size > len(content))
 
     def load_files(self, tenant: str, name: str) -> dict[str, bytes]:
         """Every file of a skill, for the sandbox; any symlink or special file refuses the whole skill."""
@@ -252,12 +303,15 @@ class SkillStore:
             )
         return content
 
-    def _files(self, tenant: str, name: str) -> list[str]:
-        return list(self._walk(tenant, name, refuse_unsafe=False))
-
     def _walk(self, tenant: str, name: str, *, refuse_unsafe: bool) -> Iterator[str]:
-        """Relative paths of the skill's regular files; symlinks and special files are skipped, or
-        refused with ``refuse_unsafe``."""
+        for relative, _ in self._walk_entries(tenant, name, refuse_unsafe=refuse_unsafe):
+            yield relative
+
+    def _walk_entries(
+        self, tenant: str, name: str, *, refuse_unsafe: bool
+    ) -> Iterator[tuple[str, os.stat_result]]:
+        """Relative paths (with their stat) of the skill's regular files; symlinks and special files
+        are skipped, or refused with ``refuse_unsafe``."""
         skill_fd = self._open_beneath([tenant_folder_name(tenant), name], directory=True)
         count = 0
         try:
@@ -269,8 +323,8 @@ class SkillStore:
                     )
                 for entry in sorted(files + [d for d in subfolders if _is_link(d, folder_fd)]):
                     relative = os.path.normpath(os.path.join(folder, entry))
-                    mode = os.stat(entry, dir_fd=folder_fd, follow_symlinks=False).st_mode
-                    if not stat.S_ISREG(mode):
+                    status = os.stat(entry, dir_fd=folder_fd, follow_symlinks=False)
+                    if not stat.S_ISREG(status.st_mode):
                         if refuse_unsafe:
                             raise SkillError(
                                 SkillErrorCode.UNSAFE_FILE,
@@ -283,7 +337,7 @@ class SkillStore:
                         raise SkillError(
                             SkillErrorCode.TOO_LARGE, f"skill: more than {self.limits.max_skill_files} files"
                         )
-                    yield relative
+                    yield relative, status
         finally:
             os.close(skill_fd)
 

@@ -4,8 +4,8 @@ A tool is an object with a :class:`ToolSpec` (what the model sees: name, descrip
 arguments, category, and which of the turn's switches it needs) and ``async run(arguments, context)``
 returning a :class:`ToolOutput`. The executor validates the arguments against the schema before
 ``run`` sees them, applies the time limit and the retries, numbers sources and externalises large
-results; a tool only does its own work. Web tools (``knowsphere_toolrunner.web``) and skills tools
-(``knowsphere_toolrunner.skills``) plug in by implementing this protocol and being listed in
+results; a tool only does its own work. Tools (``domain/tools/*``: knowledge, web, skills, MCP …)
+plug in by implementing this protocol and being listed in
 :func:`knowsphere_toolrunner.toolbox.build_tools`.
 
 A tool reports a problem the model should read by raising :class:`ToolProblem` (or one of its
@@ -38,6 +38,8 @@ class Needs(StrEnum):
     WEB = "web"
     KNOWLEDGE_GRAPH = "knowledge_graph"
     SKILLS = "skills"
+    SKILL_SCRIPTS = "skill_scripts"
+    """A bound skill has scripts (execute_skill_script)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class ToolSpec:
     display_name: str
     description: str
     parameters: Mapping[str, Any]
-    category: ToolCategory
+    category: ToolCategory | None
+    """None: no category of the contract fits (MCP servers' tools); sent as UNSPECIFIED."""
     selectable: bool = True
     produces_sources: bool = False
     needs: frozenset[Needs] = frozenset()
@@ -115,6 +118,15 @@ class ToolProblem(Exception):
         self.message = message
 
 
+class TransientProblem(Exception):
+    """A failure worth another attempt (a time-out, a server error of a remote service), with a text
+    safe to show the model when the last attempt fails too (no addresses, no traces)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class BadArguments(ToolProblem):
     code = ToolErrorCode.INVALID_ARGUMENTS
 
@@ -123,13 +135,6 @@ class NothingFound(ToolProblem):
     """A referenced item (a cN label, a ref id, a document) does not exist for the caller."""
 
     code = ToolErrorCode.NOT_FOUND
-
-
-class NotImplementedYet(ToolProblem):
-    """The tool is in the catalogue but its implementation has not arrived; says which capability."""
-
-    def __init__(self, tool: str, capability: str) -> None:
-        super().__init__(f"{tool} is not implemented yet: it arrives with {capability}. Use another tool.")
 
 
 class Tool(Protocol):
