@@ -3,13 +3,13 @@ token, and with the owner's.
 
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
-base, document, progress stream, search, session, turn, model, memory item or token of the owner's, and its own
-(empty) views elsewhere; the owner gets the same routes answered.
+base, document, progress stream, search, session, turn, model, memory item or token of the owner's, and
+its own (empty) views elsewhere; the owner gets the same routes answered.
 
 The peers are tenant-scoped fakes on real gRPC servers (any request naming a resource id answers
-NOT_FOUND unless it comes from the owner's tenant), so this proves that the gateway carries the
-token's tenant into every call and turns the services' NOT_FOUND into a 404 with no 403 on the way;
-the services' own scoping is tested in their suites.
+NOT_FOUND unless it comes from the owner's tenant), so this proves that the gateway carries the token's
+tenant into every call and turns the services' NOT_FOUND into a 404 with no 403 on the way; the
+services' own scoping is tested in their suites.
 """
 
 from __future__ import annotations
