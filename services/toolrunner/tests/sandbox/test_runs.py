@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +176,26 @@ async def test_a_script_that_kills_the_launcher_gets_a_clean_result(sandbox: Scr
     assert result.exit_code is None and result.signal == 9
     assert not result.timed_out and result.duration_seconds < 4
     assert result.outputs == {}
+
+
+async def test_a_bwrap_the_runs_own_uid_cannot_reach_is_copied_where_it_can(
+    make_sandbox: Callable[..., ScriptSandbox], tmp_path: Path
+) -> None:
+    """A checkout in a private folder (mode 0700, as a fresh clone in a temporary folder is) holds its
+    environment's bwrap where the runs' own uid cannot go: the sandbox still starts."""
+    from knowsphere_toolrunner.sandbox.host import locate_bwrap
+
+    found = locate_bwrap(None)
+    assert found is not None
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    wheel_root = found.resolve().parents[2]  # the installed wheel: <package>/_bin/bwrap and its libs
+    for part in (
+        found.resolve().relative_to(wheel_root).parts[0],
+        *[p.name for p in wheel_root.glob("*.libs")],
+    ):
+        shutil.copytree(wheel_root / part, private / part)
+    hidden = private / found.resolve().relative_to(wheel_root)
+    sandbox = make_sandbox(bwrap_path=str(hidden))
+    result = await run_python(sandbox, "print('hello from the sandbox')")
+    assert result.exit_code == 0 and result.stdout == b"hello from the sandbox\n"

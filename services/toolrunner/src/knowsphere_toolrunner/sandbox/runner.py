@@ -121,6 +121,7 @@ class ScriptSandbox:
         self._work_dir = self.limits.work_dir or Path(tempfile.gettempdir())
         if self._switch_uid:
             _check_traversable(self._work_dir)
+            self._bwrap = _reachable_copy(self._bwrap, self._work_dir)
 
     @property
     def protections(self) -> tuple[str, ...]:
@@ -420,6 +421,42 @@ class ScriptSandbox:
             memory_exceeded=memory_exceeded,
             protections=self.protections,
         )
+
+
+def _reachable(path: Path) -> bool:
+    """Whether any user can execute ``path``: o+x on it and on every folder above it."""
+    resolved = path.resolve()
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (resolved, *resolved.parents))
+
+
+def _reachable_copy(bwrap: Path, work_dir: Path) -> Path:
+    """bwrap as the run's uid can execute it. The binary of the Python environment may sit below a
+    folder only its owner can enter (a checkout in a private temporary folder): then a copy in the work
+    folder, made once, is used — with the wheel's bundled libraries beside it where its RPATH
+    (``$ORIGIN/../../<package>.libs``) looks for them."""
+    if _reachable(bwrap):
+        return bwrap
+    root = work_dir / "ks-sandbox-bin"
+    root.mkdir(mode=0o755, exist_ok=True)
+    root.chmod(0o755)
+    wheel_root = bwrap.resolve().parents[2]  # site-packages/<package>/_bin/bwrap
+    target = root / bwrap.resolve().relative_to(wheel_root)
+    for libs in wheel_root.glob("*.libs"):
+        copied = root / libs.name
+        if libs.is_dir() and not copied.exists():
+            staging = root / f".{libs.name}-{os.getpid()}"
+            shutil.copytree(libs, staging)
+            for path in (staging, *staging.rglob("*")):
+                path.chmod(0o755)
+            staging.replace(copied)
+    if not target.exists() or target.stat().st_size != bwrap.stat().st_size:
+        for folder in reversed(target.relative_to(root).parents[:-1]):
+            (root / folder).mkdir(mode=0o755, exist_ok=True)
+        staging = target.parent / f".bwrap-{os.getpid()}"
+        shutil.copyfile(bwrap, staging)
+        staging.chmod(0o755)
+        staging.replace(target)  # atomic: a concurrent start sees the old copy or the new one
+    return target
 
 
 def _check_traversable(work_dir: Path) -> None:
