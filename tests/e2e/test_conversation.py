@@ -192,7 +192,9 @@ def test_a_greeting_is_answered_by_the_model_without_tools(
         turn = ask(http, "hello")
     assert [name for name, _ in turn] == ["started", "intent", "text_delta", "text_delta", "completed"]
     assert turn[-1][1]["text"] == "Hello! Ask me about your documents."
-    assert not any(r.json.get("tools") for r in model_server.requests_to("/v1/chat/completions"))
+    # No tool runs: the answer's request carries the tool schemas (the cached prompt prefix) with calls off.
+    [answer] = [r.json for r in model_server.requests_to("/v1/chat/completions") if r.json.get("tools")]
+    assert answer.get("tool_choice") == "none" and answer["messages"][-1]["content"].endswith("hello")
 
 
 def test_another_tenants_knowledge_base_yields_nothing(stack: Any) -> None:

@@ -102,7 +102,12 @@ async def test_a_greeting_is_answered_without_tools() -> None:
     assert kinds(events) == ["started", "intent", "text_delta", "completed"]
     assert events[1].intent == "greeting" and events[1].route == "generate"
     assert events[-1].text == "Hello! How can I help?" and events[-1].answer_kind is AnswerKind.GENERATED
-    assert harness.tools.listed == [] and harness.tools.executed == []
+    # No tool runs; the request carries the turn's tool schemas (the cached prefix) with calls off.
+    assert harness.tools.executed == []
+    [request] = harness.models.requests
+    assert request.tool_choice.mode == mpb.TOOL_CHOICE_MODE_NONE and [t.name for t in request.tools] == [
+        "doc_retrieval"
+    ]
 
 
 async def test_a_knowledge_question_searches_then_answers_citing_only_real_sources() -> None:

@@ -579,13 +579,7 @@ async def _stream_model(
 async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     """One main-model request with the tools usable this turn; tool calls go to ``tools``."""
     turn = _runtime(config)
-    listed = await turn.tools.list_tools(
-        tpb.ListToolsRequest(
-            switches=_switches(turn),
-            tool_names=list(turn.agent.tool_names),
-            skill_names=[s for s, _ in turn.agent.skills],
-        )
-    )
+    listed = await _list_tools(turn)
     rounds = state.get("tool_rounds", 0)
     request = _main_request(turn, PURPOSE_AGENT, _prompt(turn, state))
     request.tools.extend(
@@ -608,6 +602,25 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     return {"messages": [message], "tool_rounds": rounds + (1 if calls else 0), **reply.sizes()}
+
+
+async def _list_tools(turn: TurnRuntime) -> tpb.ListToolsResponse:
+    return await turn.tools.list_tools(
+        tpb.ListToolsRequest(
+            switches=_switches(turn),
+            tool_names=list(turn.agent.tool_names),
+            skill_names=[s for s, _ in turn.agent.skills],
+        )
+    )
+
+
+def _definitions(listed: tpb.ListToolsResponse) -> list[mpb.ToolDefinition]:
+    return [
+        mpb.ToolDefinition(
+            name=t.name, description=t.description, parameters_json_schema=t.parameters_json_schema
+        )
+        for t in listed.tools
+    ]
 
 
 def after_agent(state: TurnState) -> str:
@@ -750,7 +763,16 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         return await _fixed_answer(
             turn, state, prompts.NO_MODEL_GREETING if greeting else prompts.NO_MODEL_NO_KB
         )
-    reply = await _stream_model(turn, _main_request(turn, PURPOSE_GENERATE, _prompt(turn, state)), ())
+    request = _main_request(turn, PURPOSE_GENERATE, _prompt(turn, state))
+    # The same tool schemas as the agent's requests, with tool calls switched off: they are part of the
+    # prompt prefix, so a turn answered without tools keeps the provider's cache warm for the next.
+    try:
+        request.tools.extend(_definitions(await _list_tools(turn)))
+    except ServiceError as error:
+        log.warning("tool schemas unavailable; answering without them", error=str(error))
+    if request.tools:
+        request.tool_choice.mode = mpb.TOOL_CHOICE_MODE_NONE
+    reply = await _stream_model(turn, request, ())
     message = Message(
         id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True
     )
