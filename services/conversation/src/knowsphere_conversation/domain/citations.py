@@ -20,14 +20,12 @@ MAX_HOLD = len("[[c9999]")
 
 
 class CitationFilter:
-    """Streams text with unknown citations removed; ``removed`` counts them, ``cited`` lists the
-    handles used, in order of first use."""
+    """Streams text with unknown citations removed; ``removed`` counts them."""
 
     def __init__(self, handles: Iterable[str]) -> None:
         self._handles = frozenset(handles)
         self._held = ""
         self.removed = 0
-        self.cited: list[str] = []
 
     def feed(self, delta: str) -> str:
         """The part of ``held + delta`` that can be shown now."""
@@ -46,8 +44,6 @@ class CitationFilter:
         def keep(match: re.Match[str]) -> str:
             handle = match.group(1)
             if handle in self._handles:
-                if handle not in self.cited:
-                    self.cited.append(handle)
                 return match.group(0)
             self.removed += 1
             return ""
@@ -55,11 +51,9 @@ class CitationFilter:
         return CITATION.sub(keep, text)
 
 
-def clean_citations(text: str, handles: Iterable[str]) -> tuple[str, int, list[str]]:
-    """A whole text with unknown citations removed: (text, removed, cited handles)."""
-    citations = CitationFilter(handles)
-    cleaned = citations.feed(text) + citations.flush()
-    return cleaned, citations.removed, citations.cited
+def cited_handles(text: str) -> set[str]:
+    """The handles a (cleaned) answer cites."""
+    return set(CITATION.findall(text))
 
 
-__all__ = ["CITATION", "CitationFilter", "clean_citations"]
+__all__ = ["CITATION", "CitationFilter", "cited_handles"]

@@ -41,7 +41,7 @@ from knowsphere_clients.errors import ServiceError
 from knowsphere_clients.modelhub import is_model_missing
 from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
 from knowsphere_conversation.domain import prompts
-from knowsphere_conversation.domain.citations import CitationFilter, clean_citations
+from knowsphere_conversation.domain.citations import CitationFilter
 from knowsphere_conversation.domain.extractive import Passage, extract_answer
 from knowsphere_conversation.domain.images import ImageRef
 from knowsphere_conversation.domain.intents import BY_CODE, route_for, rule_intent
@@ -204,7 +204,6 @@ class TurnRuntime:
     # What the turn found out while running (read by the runner for the final event).
     text: list[str] = field(default_factory=list)
     removed_citations: int = 0
-    cited: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
 
 
@@ -565,7 +564,6 @@ async def _stream_model(
         raise model_error(error) from error
     await show(citations.flush())
     turn.removed_citations += citations.removed
-    turn.cited.extend(h for h in citations.cited if h not in turn.cited)
     records = [
         ToolCallRecord(
             id=c["id"] or f"call_{_new_id()[:12]}", name=c["name"], arguments=c["arguments"] or "{}"
@@ -820,16 +818,10 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     if sources:
         await turn.emit(TurnEventKind.SOURCES, citations=[citation(s) for s in sources])
     text = f"{prompts.ADD_MODEL_HINT[language]}\n\n{body}"
-    _, _, cited = _cite(text, sources)
-    turn.cited.extend(cited)
     turn.text.append(text)
     await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
     message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
     return {"messages": [message], "sources": sources, "answer_kind": AnswerKind.EXTRACTED.value}
-
-
-def _cite(text: str, sources: Sequence[dict[str, Any]]) -> tuple[str, int, list[str]]:
-    return clean_citations(text, [s["handle"] for s in sources])
 
 
 def after_understanding(state: TurnState) -> str:

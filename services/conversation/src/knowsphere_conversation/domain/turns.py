@@ -37,6 +37,7 @@ from knowsphere_contracts.events import (
     TurnCompleted,
     TurnEventKind,
 )
+from knowsphere_conversation.domain.citations import cited_handles
 from knowsphere_conversation.domain.graph import (
     AgentConfig,
     Memory,
@@ -209,7 +210,7 @@ class TurnRunner:
         async with self._leases.hold(thread) as held:
             if not held:
                 return TurnResult(Outcome.BUSY)
-            return TurnResult(Outcome.ANSWERED, await self._run(request, thread, previous, agent))
+            return TurnResult(Outcome.ANSWERED, await self._run(request, identity, thread, previous, agent))
 
     async def refuse_busy(self, request: ChatRequested, waited_seconds: float) -> ChatTurnEvent:
         """Ends a turn that waited too long for its session's previous turn (the session's queue is
@@ -252,7 +253,12 @@ class TurnRunner:
         return emit
 
     async def _run(
-        self, request: ChatRequested, thread: str, previous: Sequence[ChatTurnEvent], agent: AgentConfig
+        self,
+        request: ChatRequested,
+        identity: Identity,
+        thread: str,
+        previous: Sequence[ChatTurnEvent],
+        agent: AgentConfig,
     ) -> ChatTurnEvent:
         span = trace.get_current_span()
         graph = self._graph()
@@ -303,7 +309,6 @@ class TurnRunner:
                 return await graph.ainvoke(None, config)
             return values  # the graph had finished; only the final event was missing
 
-        identity = require_identity()
         try:
             await emit(TurnEventKind.STARTED)
             task = asyncio.create_task(invoke())
@@ -328,7 +333,8 @@ class TurnRunner:
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
         text = "".join(runtime.text)
         sources = [citation(s) for s in state.get("sources", [])]
-        cited = [s for s in sources if f"[[{s.handle}]]" in text]
+        used = cited_handles(text)
+        cited = [s for s in sources if s.handle in used]
         answer_kind = AnswerKind(state.get("answer_kind") or AnswerKind.GENERATED)
         span.set_attribute(attributes.ANSWER_KIND, answer_kind.value)
         span.set_attribute(attributes.CITATIONS_REMOVED, runtime.removed_citations)
