@@ -66,8 +66,16 @@ class SqlDatabase:
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         async with engine.begin() as conn:
-            await conn.run_sync(self._metadata.create_all)
+            await conn.run_sync(self._create_missing)
         self._engine = engine
+
+    def _create_missing(self, connection: Any) -> None:
+        # create_all adds missing tables with their indexes; an index added to a table that already
+        # exists is created here, so an upgraded store gets it on its next start.
+        self._metadata.create_all(connection)
+        for table in self._metadata.sorted_tables:
+            for index in table.indexes:
+                index.create(connection, checkfirst=True)
 
     async def close(self) -> None:
         if self._engine is not None:

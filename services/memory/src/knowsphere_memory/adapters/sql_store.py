@@ -120,8 +120,17 @@ document_hits = Table(
     Column("file_name", Text, nullable=False),
     Column("hit_count", Integer, nullable=False),
     Column("last_cited_time", UtcDateTime, nullable=False),
-    Index("ix_document_hits_owner_rank", "tenant_id", "user_id", "hit_count", "last_cited_time"),
     Index("ix_document_hits_document", "tenant_id", "document_id"),
+)
+# The ranking order (most hits, most recently cited, then document id ascending) read backwards from
+# one index: the background and the frequent-documents list never sort an owner's documents.
+Index(
+    "ix_document_hits_owner_ranking",
+    document_hits.c.tenant_id,
+    document_hits.c.user_id,
+    document_hits.c.hit_count,
+    document_hits.c.last_cited_time,
+    document_hits.c.document_id.desc(),
 )
 
 recorded_turns = Table(

@@ -8,6 +8,7 @@ estimate errs on the high side for English, so a budget computed with it is rare
 from __future__ import annotations
 
 import math
+import re
 
 CHARS_PER_TOKEN = 4
 """Latin-script characters per token (OpenAI's rule of thumb for English)."""
@@ -15,21 +16,22 @@ MESSAGE_OVERHEAD_TOKENS = 4
 """Tokens a chat message costs beyond its text (role and separators)."""
 
 
-def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0x3400 <= code <= 0x4DBF  # extension A
-        or 0x3000 <= code <= 0x303F  # CJK punctuation
-        or 0xFF00 <= code <= 0xFFEF  # full-width forms
-        or 0x3040 <= code <= 0x30FF  # kana
-        or 0xAC00 <= code <= 0xD7AF  # hangul
-    )
+_CJK = re.compile(
+    "["
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\u3400-\u4dbf"  # extension A
+    "\u3000-\u303f"  # CJK punctuation
+    "\uff00-\uffef"  # full-width forms
+    "\u3040-\u30ff"  # kana
+    "\uac00-\ud7af"  # hangul
+    "]"
+)
 
 
 def estimate_tokens(text: str) -> int:
     """Estimated tokens of ``text``."""
     if not text:
         return 0
-    cjk = sum(1 for ch in text if _is_cjk(ch))
+    # Budgets are computed for every line of every turn's background: ASCII text skips the scan.
+    cjk = 0 if text.isascii() else len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / CHARS_PER_TOKEN)

@@ -1,0 +1,47 @@
+"""Opening a store: tables and indexes that are missing are created, on a new file and on an old one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect
+
+from knowsphere_sqlstore import SqlDatabase
+
+
+def _schema(with_ranking_index: bool) -> MetaData:
+    metadata = MetaData()
+    hits = Table(
+        "hits",
+        metadata,
+        Column("owner", String(), primary_key=True),
+        Column("document_id", String(), primary_key=True),
+        Column("count", Integer, nullable=False),
+    )
+    if with_ranking_index:
+        Index("ix_hits_ranking", hits.c.owner, hits.c.count, hits.c.document_id.desc())
+    return metadata
+
+
+async def _indexes(database: SqlDatabase) -> set[str]:
+    async with database.engine.connect() as conn:
+        found = await conn.run_sync(lambda sync: inspect(sync).get_indexes("hits"))
+    return {index["name"] for index in found if index["name"]}
+
+
+async def test_an_index_added_to_an_existing_table_is_created_when_the_store_opens(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/store.db"
+    old = SqlDatabase(url, _schema(with_ranking_index=False))
+    await old.open()
+    assert await _indexes(old) == set()
+    await old.close()
+
+    upgraded = SqlDatabase(url, _schema(with_ranking_index=True))
+    await upgraded.open()
+    assert await _indexes(upgraded) == {"ix_hits_ranking"}
+    await upgraded.close()
+
+    again = SqlDatabase(url, _schema(with_ranking_index=True))
+    await again.open()  # opening a store that has everything changes nothing and does not fail
+    assert await _indexes(again) == {"ix_hits_ranking"}
+    await again.close()
