@@ -63,3 +63,29 @@ def test_secret_values_are_not_echoed_in_errors(monkeypatch, tmp_path):
     monkeypatch.delenv("MASTER_KEY")
     with pytest.raises(SettingsError, match="MASTER_KEY is required but not set"):
         load_settings(KeyedSettings)
+
+
+def test_a_check_across_fields_names_the_problem_without_echoing_any_setting(monkeypatch, tmp_path):
+    from pydantic import SecretStr, model_validator
+
+    class PairedSettings(ServiceSettings):
+        model_config = SettingsConfigDict(env_prefix="KS_DEMO_", extra="ignore", frozen=True)
+
+        grpc_port: int = 7499
+        api_key: SecretStr | None = None
+        base_url: str = ""
+
+        @model_validator(mode="after")
+        def _key_needs_url(self) -> "PairedSettings":
+            if self.api_key is not None and not self.base_url:
+                raise ValueError("KS_DEMO_API_KEY is set but KS_DEMO_BASE_URL is empty")
+            return self
+
+    monkeypatch.setenv("KS_DEMO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KS_DEMO_API_KEY", "sk-live-do-not-print-0123456789")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(PairedSettings)
+    message = str(raised.value)
+    assert "KS_DEMO_API_KEY is set but KS_DEMO_BASE_URL is empty" in message
+    assert "sk-live-do-not-print" not in message
+    assert str(tmp_path) not in message  # no setting's value is echoed, secret or not

@@ -54,12 +54,17 @@ def describe_errors(cls: type[BaseSettings], error: ValidationError) -> str:
     prefix = str(cls.model_config.get("env_prefix", ""))
     lines = [f"invalid configuration for {cls.__module__}.{cls.__name__}:"]
     for item in error.errors():
+        if not item["loc"]:
+            # A check across several fields: its input is every setting read (secrets included), so
+            # only the check's own message is shown.
+            lines.append(f"  {item['msg']}")
+            continue
         field = ".".join(str(part) for part in item["loc"])
         # A field read through an alias (e.g. MASTER_KEY) is reported under that exact name.
         variable = (f"{prefix}{field}" if field in cls.model_fields else field).upper()
         if item["type"] == "missing":
             lines.append(f"  {variable} is required but not set")
-        elif _is_secret(variable):
+        elif _is_secret(variable) or isinstance(item.get("input"), dict | list):
             lines.append(f"  {variable} (value hidden): {item['msg']}")
         else:
             lines.append(f"  {variable}={item.get('input')!r}: {item['msg']}")
