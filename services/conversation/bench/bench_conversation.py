@@ -4,8 +4,9 @@ the graph, against a scripted model with fixed timings.
 For each concurrency level it starts that many turns at once (each in a session of its own) and
 measures, per turn, from the request to the ``started`` event and to the first text delta. The model's
 own time is known (it answers the intent decision at once and sends its first token after
-``--first-token-ms``), so ``overhead_first_token_ms`` is the time to the first token minus that: what
-the platform adds. It also reports turns per second and the conversation replica's memory.
+``--first-token-ms``; like a hosted model's stream, that first chunk names the role and the first
+words follow one ``--token-ms`` later), so ``overhead_first_token_ms`` is the time to the first token
+minus those two: what the platform adds. It also reports turns per second and the conversation replica's memory.
 
 Usage: ``make bench-conversation`` (``BENCH_ARGS="--levels 1,20,50,100"``). Last line: one JSON object.
 Goal: platform overhead to the first token p95 < 50 ms at 50 concurrent turns.
@@ -103,10 +104,12 @@ def main() -> None:
         tenant.use_model(server)
         conversation = stack.state().component("conversation")
         figures["conversation_rss_mb_idle"] = rss_mb(conversation.pid)
-        asyncio.run(level(tenant, [tenant.session()], args.first_token_ms))  # warm-up
+        # The model's own time to its first words: the role chunk, then one token interval.
+        model_first_words_ms = args.first_token_ms + args.token_ms
+        asyncio.run(level(tenant, [tenant.session()], model_first_words_ms))  # warm-up
         for n in levels:
             sessions = [tenant.session() for _ in range(n)]
-            result = asyncio.run(level(tenant, sessions, args.first_token_ms))
+            result = asyncio.run(level(tenant, sessions, model_first_words_ms))
             result["conversation_rss_mb"] = rss_mb(conversation.pid)
             figures["levels"].append(result)
             print(
