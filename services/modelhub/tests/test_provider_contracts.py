@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere.modelhub.v1.modelhub_enums import ImageInputFormat, ModelErrorCode, ModelType
+from knowsphere_egress import EgressPolicy
 from knowsphere_modelhub.adapters.anthropic import AnthropicAdapter
 from knowsphere_modelhub.adapters.http import (
     RETRY_ATTEMPT,
@@ -91,14 +92,19 @@ def provider(server: ScriptedProvider) -> Iterator[ScriptedProvider]:
     assert not server.unscripted, f"requests without a scripted reply: {server.unscripted}"
 
 
+def loopback_images(server: ScriptedProvider) -> EgressPolicy:
+    """The egress policy that lets image downloads reach the scripted provider on loopback."""
+    return EgressPolicy(allow_networks=("127.0.0.1/32",), allowed_ports=frozenset({80, 443, server.port}))
+
+
 @pytest.fixture
-async def http() -> AsyncIterator[ProviderHttp]:
+async def http(server: ScriptedProvider) -> AsyncIterator[ProviderHttp]:
     client = ProviderHttp(
         timeout_seconds=5.0,
         max_retries=MAX_RETRIES,
         backoff_seconds=0.01,
         concurrency=CONCURRENCY,
-        allow_private_image_hosts=True,  # images are served by the scripted provider on loopback
+        image_egress=loopback_images(server),  # images are served by the scripted provider on loopback
     )
     yield client
     await client.close()
@@ -895,23 +901,96 @@ async def test_unreachable_image_url_for_a_base64_only_provider(
     assert provider.requests_to("/v1/chat/completions") == []  # the provider was never called
 
 
-async def test_private_image_hosts_are_refused_by_default(provider: ScriptedProvider) -> None:
-    http = ProviderHttp(timeout_seconds=5, max_retries=0, backoff_seconds=0.01, concurrency=2)
+async def image_download_error(provider: ScriptedProvider, url: str, policy: EgressPolicy) -> ModelError:
+    """The error of a chat with one image URL, sent to a base64-only provider (modelhub downloads it)."""
+    http = ProviderHttp(
+        timeout_seconds=5, max_retries=0, backoff_seconds=0.01, concurrency=2, image_egress=policy
+    )
     adapter = OpenAICompatibleAdapter(http, PROVIDERS)
     request = chat_request(
-        pb.ChatMessage(
-            role=pb.CHAT_ROLE_USER,
-            content=[pb.ContentPart(image=pb.ImageInput(url=f"{provider.url}/img/cat.png"))],
-        )
+        pb.ChatMessage(role=pb.CHAT_ROLE_USER, content=[pb.ContentPart(image=pb.ImageInput(url=url))])
     )
     try:
-        error = await raises_model_error(
+        return await raises_model_error(
             collect(adapter.chat_stream(target_for(provider, "moonshot"), request))
         )
     finally:
         await adapter.close()
+
+
+async def test_private_image_hosts_are_refused_by_default(provider: ScriptedProvider) -> None:
+    # The port is allowed, the loopback address is not: refused before any connection.
+    policy = EgressPolicy(allowed_ports=frozenset({80, 443, provider.port}))
+    error = await image_download_error(provider, f"{provider.url}/img/cat.png", policy)
     assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE and "non-public" in error.detail
+    assert error.field == "messages[0].content[0]"
     assert provider.requests == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://2130706433/cat.png",  # 127.0.0.1 spelled as one number
+        "http://[::ffff:127.0.0.1]/cat.png",
+        "http://10.0.0.7/cat.png",
+    ],
+)
+async def test_image_urls_at_metadata_and_internal_addresses_are_refused(
+    provider: ScriptedProvider, url: str
+) -> None:
+    error = await image_download_error(provider, url, EgressPolicy())
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE
+    assert "non-public" in error.detail
+    assert "metadata" not in error.user_message("en").lower()  # the user reads the friendly message
+
+
+async def test_an_image_port_outside_the_policy_is_refused(provider: ScriptedProvider) -> None:
+    # Loopback allow-listed but its port not: allow-listing a network opens no other port.
+    policy = EgressPolicy(allow_networks=("127.0.0.1/32",))
+    error = await image_download_error(provider, f"{provider.url}/img/cat.png", policy)
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE and "allowed_ports" in error.detail
+    assert provider.requests == []
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["http://169.254.169.254/latest/meta-data/", "http://192.168.1.1/admin.png", "http://[fd00:ec2::254]/"],
+)
+async def test_an_image_redirect_to_a_private_address_is_refused(
+    provider: ScriptedProvider, target: str
+) -> None:
+    provider.script("/img/moved.png", Reply(status=302, headers={"location": target}, body=b""))
+    error = await image_download_error(provider, f"{provider.url}/img/moved.png", loopback_images(provider))
+    assert error.code == ModelErrorCode.IMAGE_URL_UNREACHABLE and "non-public" in error.detail
+    assert [r.path for r in provider.requests] == ["/img/moved.png"]  # the redirect was not followed
+
+
+async def test_an_image_redirect_within_the_policy_is_followed(provider: ScriptedProvider) -> None:
+    provider.script("/img/moved.png", Reply(status=302, headers={"location": "/img/cat.png"}, body=b""))
+    provider.script("/img/cat.png", Reply(body=PNG, content_type="image/png"))
+    provider.script("/v1/chat/completions", openai_text_stream(["a cat"], model="moonshot-v1-8k"))
+    http = ProviderHttp(
+        timeout_seconds=5,
+        max_retries=0,
+        backoff_seconds=0.01,
+        concurrency=2,
+        image_egress=loopback_images(provider),
+    )
+    adapter = OpenAICompatibleAdapter(http, PROVIDERS)
+    request = chat_request(
+        pb.ChatMessage(
+            role=pb.CHAT_ROLE_USER,
+            content=[pb.ContentPart(image=pb.ImageInput(url=f"{provider.url}/img/moved.png"))],
+        )
+    )
+    try:
+        await collect(adapter.chat_stream(target_for(provider, "moonshot"), request))
+    finally:
+        await adapter.close()
+    sent = json.dumps(provider.requests_to("/v1/chat/completions")[0].json)
+    assert base64.b64encode(PNG).decode() in sent  # the image reached the provider inline
 
 
 async def test_oversized_image_download_is_invalid_input(

@@ -156,6 +156,11 @@ MINILM = ModelRecord(
         (chat(provider_id="custom", api_key=None), "base_url", "required for provider 'custom'"),
         (chat(provider_id="custom", base_url="ftp://files.test"), "base_url", "http:// or https://"),
         (chat(base_url="not a url"), "base_url", "http:// or https://"),
+        # The form of the egress guard's base-URL check: credentials would go to whoever the rest of
+        # the URL names, a query or fragment would swallow the paths appended to it.
+        (chat(provider_id="custom", base_url="http://evil.test@llm.test/v1"), "base_url", "credentials"),
+        (chat(provider_id="custom", base_url="https://llm.test/v1?x=/"), "base_url", "query"),
+        (chat(provider_id="custom", base_url="https://llm.test/v1#"), "base_url", "fragment"),
         (chat(api_key=None), "api_key", "required for provider 'openai'"),
         (chat(api_key="   "), "api_key", "required"),
         (chat(parameters=ModelParams(temperature=3)), "parameters.temperature", "between 0 and 2"),
@@ -181,6 +186,7 @@ async def test_invalid_input_names_the_field(registry, store, spec, field, words
     assert error.grpc_status == grpc.StatusCode.INVALID_ARGUMENT
     assert error.field == field
     assert words in error.detail
+    assert "evil.test" not in error.detail  # a URL with credentials is not echoed
     assert error.user_message().startswith("Invalid request: ")
     # Nothing half-written is left behind.
     assert (await registry.list("tenant-a")).records == []

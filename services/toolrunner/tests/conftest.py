@@ -226,16 +226,17 @@ async def toolrunner_service(
     store = SqlToolResultStore(settings.result_store_url())
     await store.open()
     egress = EgressClient(settings.egress, resolver=resolver)
+    sandbox = build_sandbox(settings)
     servicers = build_servicers(
         settings,
         store,
         RetrievalClient(retrieval),
         ModelHubClient(modelhub),
         SkillStore(settings.data_dir, settings.skills),
-        build_sandbox(settings),
+        sandbox,
         egress,
     )
-    mcp = build_mcp_discovery(settings, egress, servicers)
+    mcp = build_mcp_discovery(settings, egress, servicers, sandbox)
     await mcp.start()
     binding = build_binding(servicers.all)
     try:

@@ -7,6 +7,7 @@ titles, bullets and notes. Another tenant or user asking for the artifact gets N
 from __future__ import annotations
 
 import io
+import json
 
 import grpc
 import pytest
@@ -56,6 +57,8 @@ async def test_an_outline_becomes_a_deck_the_user_downloads(lone_toolrunner):
     assert artifact.file_name == "leave_policy.pptx"  # no path survives in the name
     assert artifact.content_type.endswith("presentationml.presentation")
     assert artifact.size_bytes == len(data) and artifact.artifact_id in answer.content
+    # The model gets the link the gateway serves the file at, to pass on to the user.
+    assert json.loads(answer.content)["download_path"] == f"/api/v1/artifacts/{artifact.artifact_id}"
     deck = Presentation(io.BytesIO(data))
     slides = list(deck.slides)
     assert [s.shapes.title.text for s in slides] == ["Leave policy 2025", "Annual leave", "年假结转"]

@@ -22,7 +22,7 @@ from mcp.server.fastmcp import FastMCP
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as pb
 from knowsphere_egress import EgressPolicy
 from knowsphere_runtime.identity import bound_identity
-from knowsphere_toolrunner.settings import McpServer, Settings
+from knowsphere_toolrunner.settings import McpServer
 
 from .conftest import ACME
 
@@ -189,14 +189,10 @@ async def test_a_server_not_allow_listed_is_never_contacted(lone_toolrunner, crm
     assert crm.calls == [] and crm.http_requests == 0
 
 
-def test_stdio_servers_are_refused_as_not_implemented_yet():
-    with pytest.raises(ValueError, match="stdio MCP servers are not implemented yet"):
-        Settings(
-            data_dir="/tmp/unused",
-            retrieval_addr="x",
-            modelhub_addr="y",
-            mcp_servers=(McpServer(name="files", transport="stdio"),),
-        )
+def test_a_stdio_server_needs_its_program_as_an_absolute_path():
+    for command in ((), ("python3", "server.py")):
+        with pytest.raises(ValueError, match=r"command\n.*required for stdio"):
+            McpServer(name="files", transport="stdio", command=command)
 
 
 async def test_two_servers_of_one_name_stop_the_start_without_printing_tokens(lone_toolrunner, crm):

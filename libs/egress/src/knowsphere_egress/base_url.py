@@ -12,11 +12,28 @@ from __future__ import annotations
 import httpx
 
 from knowsphere_egress.errors import EgressError, EgressErrorCode
-from knowsphere_egress.policy import EgressPolicy, check_url
+from knowsphere_egress.policy import ALLOWED_SCHEMES, EgressPolicy, check_url
 from knowsphere_egress.resolver import Resolver, SystemResolver
 from knowsphere_egress.transport import GuardedNetworkBackend
 
 BASE_URL_FIELD = "base_url"
+
+
+def check_base_url_form(url: str) -> httpx.URL:
+    """The parsed URL when it has the form of a base URL — http(s), a host, no credentials, query,
+    fragment or whitespace — else ``EgressError`` (``blocked_scheme`` or ``blocked_url``). No
+    policy and no lookup: the part of the check that needs no I/O."""
+    if "?" in url or "#" in url or any(ch.isspace() for ch in url):
+        raise EgressError(EgressErrorCode.BLOCKED_URL)
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise EgressError(EgressErrorCode.BLOCKED_URL) from exc
+    if parsed.scheme not in ALLOWED_SCHEMES:
+        raise EgressError(EgressErrorCode.BLOCKED_SCHEME)
+    if not parsed.host or parsed.userinfo or "@" in parsed.netloc.decode("ascii", "replace"):
+        raise EgressError(EgressErrorCode.BLOCKED_URL)
+    return parsed
 
 
 async def validate_base_url(
@@ -24,12 +41,7 @@ async def validate_base_url(
 ) -> str:
     """Return ``url`` normalised (no trailing slash) or raise ``EgressError`` naming ``field``."""
     try:
-        if "?" in url or "#" in url or any(ch.isspace() for ch in url):
-            raise EgressError(EgressErrorCode.BLOCKED_URL)
-        try:
-            parsed = httpx.URL(url)
-        except (httpx.InvalidURL, TypeError, ValueError) as exc:
-            raise EgressError(EgressErrorCode.BLOCKED_URL) from exc
+        parsed = check_base_url_form(url)
         target = check_url(parsed, policy)
         backend = GuardedNetworkBackend(policy, resolver or SystemResolver())
         await backend.addresses_for(target.host, target.port)

@@ -1,17 +1,22 @@
 """Settings of the modelhub service (environment variables prefixed ``KS_MODELHUB_``).
 
 ``MASTER_KEY`` (no prefix) encrypts provider API keys; ``MASTER_KEY_PREVIOUS`` (comma-separated)
-lists keys that older records may still be encrypted with, for rotation.
+lists keys that older records may still be encrypted with, for rotation. The egress guard's policy
+is a nested group: ``KS_MODELHUB_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
+``KS_MODELHUB_EGRESS__ALLOWED_PORTS='[80,443,8080]'`` …
 """
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from knowsphere_egress import EgressPolicy
 from knowsphere_runtime.settings import ServiceSettings
 
 
 class Settings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="KS_MODELHUB_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KS_MODELHUB_", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
 
     grpc_port: int = Field(default=7416, ge=1, le=65535)
     master_key: SecretStr = Field(
@@ -33,6 +38,13 @@ class Settings(ServiceSettings):
     max_decide_labels: int = Field(default=26, ge=2, description="labels per Decide call")
     max_image_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     max_audio_bytes: int = Field(default=25 * 1024 * 1024, ge=1)
+    image_download_timeout_seconds: float = Field(
+        default=0.0, ge=0, description="one budget per image download; 0 = provider_timeout_seconds"
+    )
+    egress: EgressPolicy = Field(
+        default=EgressPolicy(),
+        description="the egress guard of image downloads (allowed ports, allow-listed networks and hosts)",
+    )
     provider_timeout_seconds: float = Field(default=60.0, gt=0)
     provider_max_retries: int = Field(default=3, ge=0, description="retries on 429, 5xx and timeouts")
     provider_backoff_seconds: float = Field(

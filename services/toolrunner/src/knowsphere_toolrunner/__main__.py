@@ -23,13 +23,14 @@ def main() -> None:
         retrieval_channel = service_channel("retrieval", settings.retrieval_addr, settings)
         modelhub_channel = service_channel("modelhub", settings.modelhub_addr, settings)
         egress = EgressClient(settings.egress)
+        sandbox = build_sandbox(settings)
         servicers = build_servicers(
             settings,
             store,
             RetrievalClient(retrieval_channel),
             ModelHubClient(modelhub_channel),
             SkillStore(settings.data_dir, settings.skills),
-            build_sandbox(settings),
+            sandbox,
             egress,
         )
         server = GrpcServer(
@@ -42,9 +43,8 @@ def main() -> None:
             ChannelsComponent([retrieval_channel, modelhub_channel]),
             ToolRunnerCore(settings, store),
             EgressComponent(egress),
-            build_mcp_discovery(
-                settings, egress, servicers
-            ),  # before the server: tools offered from the start
+            # Before the server: tools offered from the start.
+            build_mcp_discovery(settings, egress, servicers, sandbox),
             server,
         ]
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import httpx
 import structlog
@@ -11,9 +13,13 @@ import structlog
 from knowsphere_egress import EgressClient
 from knowsphere_runtime.lifecycle import StartupError
 from knowsphere_toolrunner.adapters.mcp_http import McpHttpServer
+from knowsphere_toolrunner.adapters.mcp_session import McpSessionServer
+from knowsphere_toolrunner.adapters.mcp_stdio import McpStdioServer
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
+from knowsphere_toolrunner.domain.skill_runs import ScriptRunner
 from knowsphere_toolrunner.domain.tools.base import Tool
 from knowsphere_toolrunner.domain.tools.mcp import McpRefused, McpTool, McpUnavailable, mcp_tool_name
+from knowsphere_toolrunner.sandbox import SandboxCommand, ScriptSandbox
 from knowsphere_toolrunner.settings import McpServer, Settings
 
 log = structlog.get_logger(__name__)
@@ -64,6 +70,8 @@ class McpDiscovery:
 
     A server that cannot be reached or refuses is logged and left out (the service still starts; its
     tools read as unknown until the next start); so are tools whose names a model API would refuse.
+    A stdio server runs in the sandbox, one fresh process per call; where the sandbox cannot run on
+    this machine, stdio servers are left out.
     """
 
     name = "toolrunner-mcp"
@@ -77,9 +85,13 @@ class McpDiscovery:
         tool_timeout_seconds: float,
         discovery_timeout_seconds: float,
         max_tools_per_server: int,
+        sandbox: ScriptRunner | None = None,
+        stdio_max_message_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self._servers = servers
         self._egress = egress
+        self._sandbox = sandbox
+        self._stdio_max_message_bytes = stdio_max_message_bytes
         self._add_tools = add_tools
         self._tool_timeout = tool_timeout_seconds
         self._discovery_timeout = discovery_timeout_seconds
@@ -98,13 +110,38 @@ class McpDiscovery:
         self._add_tools(tools)
         return None
 
-    async def _discover(self, server: McpServer) -> list[Tool]:
+    def _http_server(self, server: McpServer) -> McpSessionServer:
         token = server.bearer_token.get_secret_value()
         http = self._egress.http_client()  # sets its own headers: the token is added to them
         if token:
             http.headers["authorization"] = f"Bearer {token}"
         self._clients.append(http)
-        port = McpHttpServer(server.name, server.url, http)
+        return McpHttpServer(server.name, server.url, http)
+
+    def _stdio_server(self, server: McpServer) -> McpSessionServer | str:
+        """The server in the sandbox, or why it cannot run here."""
+        if not isinstance(self._sandbox, ScriptSandbox):
+            return "the sandbox is unavailable on this server"
+        try:
+            files = _folder_files(server.files_dir) if server.files_dir is not None else {}
+        except OSError as error:
+            return f"files_dir cannot be read: {error.strerror or error}"
+        command = SandboxCommand(
+            argv=server.command,
+            files=files,
+            env=server.env,
+            read_only_paths=server.read_only_paths,
+            wall_time_seconds=max(self._tool_timeout, self._discovery_timeout),
+        )
+        return McpStdioServer(
+            server.name, self._sandbox, command, max_line_bytes=self._stdio_max_message_bytes
+        )
+
+    async def _discover(self, server: McpServer) -> list[Tool]:
+        port = self._stdio_server(server) if server.transport == "stdio" else self._http_server(server)
+        if isinstance(port, str):
+            log.warning("mcp_server_left_out", server=server.name, reason=port)
+            return []
         try:
             async with asyncio.timeout(self._discovery_timeout):
                 infos = await port.list_tools(limit=self._max_tools)
@@ -124,3 +161,15 @@ class McpDiscovery:
         for client in self._clients:
             await client.aclose()
         self._clients.clear()
+
+
+def _folder_files(folder: Path) -> dict[str, bytes]:
+    """The regular files below ``folder`` by relative path; symlinks are not followed."""
+    files: dict[str, bytes] = {}
+    for directory, subdirectories, names in os.walk(folder, followlinks=False):
+        subdirectories.sort()
+        for name in sorted(names):
+            path = Path(directory, name)
+            if path.is_file() and not path.is_symlink():
+                files[path.relative_to(folder).as_posix()] = path.read_bytes()
+    return files

@@ -9,6 +9,7 @@ model validator carries the whole input (secrets included) into the start-up mes
 only that field's value (hidden for keys and tokens).
 """
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
@@ -21,7 +22,8 @@ from knowsphere_toolrunner.skills.store import SkillLimits
 
 
 class McpServer(BaseModel):
-    """One MCP server whose tools are offered as ``<name>__<tool>``."""
+    """One MCP server whose tools are offered as ``<name>__<tool>``: over streamable HTTP (``url``),
+    or over stdio (``command``), the server then running inside the sandbox for each call."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -30,7 +32,7 @@ class McpServer(BaseModel):
         description="prefix of its tools' names: letters, digits and '-', at most 32",
     )
     transport: Literal["streamable_http", "stdio"] = Field(
-        default="streamable_http", description="stdio is not built yet (refused at start-up)"
+        default="streamable_http", description="streamable_http (url) or stdio (command, in the sandbox)"
     )
     url: str = Field(
         default="",
@@ -38,22 +40,34 @@ class McpServer(BaseModel):
         description="the streamable HTTP endpoint, e.g. https://crm.example/mcp",
     )
     bearer_token: SecretStr = Field(default=SecretStr(""), description="sent as Authorization: Bearer …")
-
-    @field_validator("transport", mode="after")
-    @classmethod
-    def _transport_is_built(cls, value: str) -> str:
-        if value == "stdio":
-            raise ValueError(
-                "stdio MCP servers are not implemented yet (they will run inside the sandbox); "
-                "use streamable_http"
-            )
-        return value
+    command: tuple[str, ...] = Field(
+        default=(),
+        validate_default=True,
+        description="stdio: the program inside the sandbox (an absolute path) and its arguments",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: the server's environment")
+    files_dir: Path | None = Field(
+        default=None, description="stdio: a host folder whose files the server sees read-only in /skill"
+    )
+    read_only_paths: tuple[str, ...] = Field(
+        default=(),
+        description="stdio: host paths the server sees read-only at the same place (e.g. its packages)",
+    )
 
     @field_validator("url", mode="after")
     @classmethod
     def _url_is_given(cls, value: str, info: ValidationInfo) -> str:
         if not value and info.data.get("transport") == "streamable_http":
             raise ValueError("required for streamable_http")
+        return value
+
+    @field_validator("command", mode="after")
+    @classmethod
+    def _command_is_given(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if info.data.get("transport") == "stdio" and (not value or not value[0].startswith("/")):
+            raise ValueError(
+                "required for stdio: the program's absolute path inside the sandbox, then its arguments"
+            )
         return value
 
 
@@ -174,6 +188,9 @@ class Settings(ServiceSettings):
         default=15.0, gt=0, description="time to list one server's tools at start-up"
     )
     mcp_max_tools_per_server: int = Field(default=100, ge=1, description="tools taken from one server")
+    mcp_stdio_max_message_bytes: int = Field(
+        default=4 * 1024 * 1024, gt=0, description="longest message line a stdio MCP server may write"
+    )
 
     @field_validator("skill_script_timeout_seconds", mode="after")
     @classmethod

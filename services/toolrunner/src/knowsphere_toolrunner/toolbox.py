@@ -203,8 +203,11 @@ def build_servicers(
     return Servicers(tools, skill_methods)
 
 
-def build_mcp_discovery(settings: Settings, egress: EgressClient, servicers: Servicers) -> McpDiscovery:
-    """The component that offers the configured MCP servers' tools once it has listed them."""
+def build_mcp_discovery(
+    settings: Settings, egress: EgressClient, servicers: Servicers, sandbox: ScriptRunner | None = None
+) -> McpDiscovery:
+    """The component that offers the configured MCP servers' tools once it has listed them (stdio
+    servers run in ``sandbox``)."""
     return McpDiscovery(
         settings.mcp_servers,
         egress,
@@ -212,4 +215,6 @@ def build_mcp_discovery(settings: Settings, egress: EgressClient, servicers: Ser
         tool_timeout_seconds=settings.mcp_tool_timeout_seconds,
         discovery_timeout_seconds=settings.mcp_discovery_timeout_seconds,
         max_tools_per_server=settings.mcp_max_tools_per_server,
+        sandbox=sandbox,
+        stdio_max_message_bytes=settings.mcp_stdio_max_message_bytes,
     )

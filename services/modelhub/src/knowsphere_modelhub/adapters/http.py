@@ -12,29 +12,30 @@
   answer stays in ``ModelError.detail`` for logs and never reaches the user message.
 
 Also here: SSE parsing shared by the adapters, and image downloads for providers that take base64
-only (with a size cap, a timeout, and a refusal of private addresses).
+only, through the platform's egress guard (``knowsphere_egress``: the name resolved once and the
+connection made to the checked address, private/loopback/link-local/metadata ranges refused unless
+the operator allow-lists them, every redirect re-checked, one time and one size budget per image).
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
-import ipaddress
 import json
 import random
-import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 from opentelemetry import trace
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
+from knowsphere_egress import EgressClient, EgressError, EgressErrorCode, EgressPolicy, Resolver
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.settings import Settings
 
@@ -46,7 +47,25 @@ STATUS_CODE = "http.response.status_code"
 ERROR_TYPE = "error.type"
 
 _DETAIL_LIMIT = 4000  # characters of a provider's error body kept in ModelError.detail
-_MAX_REDIRECTS = 5  # image downloads
+_URL_IN_DETAIL = 200  # characters of an image URL kept in a download error
+
+# Why an image download was refused or failed, for ModelError.detail (logs); the user sees the
+# friendly IMAGE_URL_UNREACHABLE message, never these.
+_EGRESS_REASONS: dict[EgressErrorCode, str] = {
+    EgressErrorCode.BLOCKED_SCHEME: "not an http(s) URL",
+    EgressErrorCode.BLOCKED_URL: "the URL carries credentials or is malformed",
+    EgressErrorCode.BLOCKED_PORT: "the port is not in the egress policy's allowed_ports",
+    EgressErrorCode.BLOCKED_ADDRESS: (
+        "the host is or resolves to a non-public address (private, loopback, link-local, metadata …) "
+        "that the egress policy does not allow-list"
+    ),
+    EgressErrorCode.DNS_FAILED: "the host name does not resolve",
+    EgressErrorCode.UNREACHABLE: "the host cannot be reached",
+    EgressErrorCode.TIMED_OUT: "the download took longer than its time budget",
+    EgressErrorCode.TOO_LARGE: "the image is larger than the size budget",
+    EgressErrorCode.TOO_MANY_REDIRECTS: "too many redirects",
+    EgressErrorCode.BAD_RESPONSE: "the answer was not valid HTTP",
+}
 
 # Markers in provider error bodies (lower-cased), checked in this order of precedence.
 _CONTENT_FILTER_MARKERS = (
@@ -310,7 +329,8 @@ class ProviderHttp:
         backoff_seconds: float,
         concurrency: int,
         image_timeout_seconds: float | None = None,
-        allow_private_image_hosts: bool = False,
+        image_egress: EgressPolicy | None = None,
+        image_resolver: Resolver | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
@@ -318,8 +338,8 @@ class ProviderHttp:
         self.concurrency = concurrency
         self.image_timeout_seconds = image_timeout_seconds or timeout_seconds
         # Image URLs come from users; fetching them from inside the network must not reach internal
-        # services (cloud metadata, admin ports). Tests and all-local setups turn the guard off.
-        self.allow_private_image_hosts = allow_private_image_hosts
+        # services (cloud metadata, admin ports): every download goes through the egress guard.
+        self._images = EgressClient(image_egress or EgressPolicy(), resolver=image_resolver)
         self._clients: dict[tuple[str, str], httpx.AsyncClient] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
 
@@ -330,6 +350,8 @@ class ProviderHttp:
             max_retries=settings.provider_max_retries,
             backoff_seconds=settings.provider_backoff_seconds,
             concurrency=settings.provider_concurrency,
+            image_timeout_seconds=settings.image_download_timeout_seconds or None,
+            image_egress=settings.egress,
         )
 
     def client(self, provider_id: str, base_url: str) -> httpx.AsyncClient:
@@ -356,6 +378,7 @@ class ProviderHttp:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+        await self._images.aclose()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -481,53 +504,20 @@ class ProviderHttp:
     # -- image downloads --------------------------------------------------------------------------
 
     async def download(self, url: str, *, max_bytes: int) -> tuple[bytes, str]:
-        """Body and Content-Type of a public http(s) URL, at most ``max_bytes``; DownloadError otherwise."""
-        client = self.client("image-download", "")
-        timeout = httpx.Timeout(self.image_timeout_seconds)
-        for _ in range(_MAX_REDIRECTS + 1):
-            await self._check_public(url)
-            try:
-                async with client.stream("GET", url, timeout=timeout) as response:
-                    if response.is_redirect and "location" in response.headers:
-                        url = urljoin(url, response.headers["location"])
-                        continue
-                    if not response.is_success:
-                        raise DownloadError(f"GET {url} answered HTTP {response.status_code}")
-                    declared = response.headers.get("content-length")
-                    if declared and declared.isdigit() and int(declared) > max_bytes:
-                        raise DownloadError(
-                            f"{declared} bytes, over the limit of {max_bytes}", too_large=True
-                        )
-                    body = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        body.extend(chunk)
-                        if len(body) > max_bytes:
-                            raise DownloadError(f"over the limit of {max_bytes} bytes", too_large=True)
-                    return bytes(body), response.headers.get("content-type", "")
-            except httpx.HTTPError as exc:
-                raise DownloadError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
-        raise DownloadError(f"more than {_MAX_REDIRECTS} redirects")
-
-    async def _check_public(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise DownloadError(f"not an http(s) URL: {url[:200]}")
-        if self.allow_private_image_hosts:
-            return
-        # The address is checked before connecting; a DNS answer that changes in between (rebinding)
-        # is not caught here; the network policy of the deployment is the second line.
+        """Body and Content-Type of an http(s) URL the egress policy allows, at most ``max_bytes``;
+        DownloadError otherwise."""
+        shown = url[:_URL_IN_DETAIL]
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                parts.hostname,
-                parts.port or (443 if parts.scheme == "https" else 80),
-                type=socket.SOCK_STREAM,
+            response = await self._images.fetch(
+                url, max_bytes=max_bytes, timeout_seconds=self.image_timeout_seconds
             )
-        except OSError as exc:
-            raise DownloadError(f"cannot resolve {parts.hostname}: {exc}") from exc
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
-            if not address.is_global:
-                raise DownloadError(f"{parts.hostname} resolves to a non-public address ({address})")
+        except EgressError as exc:
+            if exc.code is EgressErrorCode.TOO_LARGE:
+                raise DownloadError(f"over the limit of {max_bytes} bytes", too_large=True) from exc
+            raise DownloadError(f"GET {shown}: {_EGRESS_REASONS[exc.code]} ({exc.code.value})") from exc
+        if not 200 <= response.status_code < 300:
+            raise DownloadError(f"GET {shown} answered HTTP {response.status_code}")
+        return response.content, response.headers.get("content-type", "")
 
 
 def json_text(value: Any) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
+from knowsphere_egress import EgressError, check_base_url_form
 from knowsphere_modelhub.domain.errors import ModelError, invalid_field
 from knowsphere_modelhub.domain.ports import Usage
 from knowsphere_modelhub.domain.records import ModelParams, in_proto_order
@@ -101,9 +101,15 @@ def check_types(provider: ProviderInfo, types: frozenset[ModelType], field: str 
 def _check_url(field: str, url: str) -> None:
     if len(url) > MAX_BASE_URL_CHARS:
         raise invalid_field(field, f"{field} is longer than {MAX_BASE_URL_CHARS} characters")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
-        raise invalid_field(field, f"{field} must be an http:// or https:// URL with a host (got {url!r})")
+    try:
+        check_base_url_form(url)
+    except EgressError as error:
+        raise invalid_field(
+            field,
+            # The value is not echoed: it may carry credentials.
+            f"{field} must be an http:// or https:// URL with a host and without credentials, query, "
+            "fragment or spaces",
+        ) from error
 
 
 def check_base_url(provider: ProviderInfo, base_url: str, field: str = "base_url") -> None:

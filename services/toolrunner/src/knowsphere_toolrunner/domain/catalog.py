@@ -8,6 +8,9 @@ Trimming: a knowledge-base tool needs a selected knowledge base, a web tool web 
 tool the graph on as well as a knowledge base; run-time tools are never selected by agents: read_file
 comes with bound skills, execute_skill_script when one of them has scripts, get_stored_data always.
 write_plan and generate_pptx depend on no switch.
+
+An agent selects tools by name, or all tools of an MCP server by the server's name (``crm`` selects
+``crm__lookup`` and ``crm__update``), so an agent's MCP servers are part of its configuration.
 """
 
 from __future__ import annotations
@@ -114,13 +117,14 @@ class Catalogue:
                 if missing_switch(spec, switches, skill_names, skill_scripts=skill_scripts) is None:
                     tools.append(spec)
                 continue
-            if selected and spec.name not in selected:
+            if selected and spec.name not in selected and spec.group not in selected:
                 continue
             reason = missing_switch(spec, switches, skill_names, skill_scripts=skill_scripts)
             if reason is None:
                 tools.append(spec)
             else:
                 omitted.append(Omitted(spec.name, reason))
-        for name in sorted(selected - set(self._tools)):
+        groups = {spec.group for spec in self.specs if spec.group is not None}
+        for name in sorted(selected - set(self._tools) - groups):
             omitted.append(Omitted(name, UNKNOWN_TOOL))
         return Listing(tuple(tools), tuple(omitted))

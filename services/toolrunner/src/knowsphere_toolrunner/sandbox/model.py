@@ -26,6 +26,22 @@ class SandboxRequest:
 
 
 @dataclass(frozen=True)
+class SandboxCommand:
+    """A long-running program spoken to over its stdin and stdout (an MCP server over stdio), with the
+    same isolation as a script run."""
+
+    argv: tuple[str, ...]
+    """The program (an absolute path inside the sandbox) and its arguments."""
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """Files placed read-only in ``/skill`` (relative path → content)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    read_only_paths: tuple[str, ...] = ()
+    """Host folders or files shown read-only at the same path (an interpreter's packages …)."""
+    wall_time_seconds: float | None = None
+    """A shorter wall-clock limit for this process; None (or more than the limits allow) = the limits'."""
+
+
+@dataclass(frozen=True)
 class SandboxResult:
     exit_code: int | None
     """The script's exit status; None when it was killed (``signal``) or timed out."""

@@ -12,6 +12,9 @@ Isolation, outermost first:
 - rlimits set by the launcher before the script starts;
 - from here: the wall-clock limit, by killing bwrap's process group (the whole pid namespace dies
   with it), and the run's total memory, summed over its process tree.
+
+``interactive`` starts a program the same way and hands its stdin and stdout to the caller (an MCP
+server over stdio) until the caller is done or a limit ends it.
 """
 
 from __future__ import annotations
@@ -25,13 +28,20 @@ import signal
 import stat
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from knowsphere_toolrunner.sandbox.host import landlock_abi, locate_bwrap, locate_setpriv
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
-from knowsphere_toolrunner.sandbox.model import SandboxError, SandboxErrorCode, SandboxRequest, SandboxResult
+from knowsphere_toolrunner.sandbox.model import (
+    SandboxCommand,
+    SandboxError,
+    SandboxErrorCode,
+    SandboxRequest,
+    SandboxResult,
+)
 from knowsphere_toolrunner.sandbox.seccomp import SeccompUnsupported, seccomp_program
 
 SANDBOX_UID = 65534
@@ -85,6 +95,19 @@ class _Report:
     signal: int | None = None
     outputs: dict[str, bytes] = field(default_factory=dict)
     truncated: bool = False
+
+
+@dataclass
+class SandboxProcess:
+    """A program running in the sandbox: write to ``stdin``, read ``stdout``; ``stderr_tail()`` is
+    the last of what it wrote on stderr (capped at ``max_stderr_bytes``)."""
+
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    _stderr: bytearray = field(default_factory=bytearray)
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
 
 
 class ScriptSandbox:
@@ -152,6 +175,111 @@ class ScriptSandbox:
             finally:
                 self._free_uids.append(uid)
 
+    @asynccontextmanager
+    async def interactive(self, command: SandboxCommand) -> AsyncIterator[SandboxProcess]:
+        """Start ``command`` in the sandbox and yield its stdin and stdout. The process is killed
+        (with everything it started) when the block ends, at the wall-clock limit and past the run's
+        memory limit; its stdout then ends."""
+        self._check_command(command)
+        env = self._environment(SandboxRequest(script="", env=command.env))
+        self._check_files(command.files, "files", None, self.limits.max_skill_bytes)
+        wall_time = self.limits.wall_time_seconds
+        if command.wall_time_seconds is not None:
+            wall_time = min(wall_time, command.wall_time_seconds)
+        async with self._slots:
+            uid = self._free_uids.pop()
+            run_dir = Path(tempfile.mkdtemp(prefix="ks-sandbox-", dir=self._work_dir))
+            seccomp_fd: int | None = None
+            channel_read, channel_write = os.pipe()
+            watchers: list[asyncio.Task[object]] = []
+            process: asyncio.subprocess.Process | None = None
+            try:
+                self._prepare(run_dir, {}, command.files, uid)
+                if self._seccomp is not None:
+                    seccomp_fd = os.memfd_create("ks-sandbox-seccomp", 0)
+                    os.write(seccomp_fd, self._seccomp)
+                    os.lseek(seccomp_fd, 0, os.SEEK_SET)
+                launcher_arguments = self._launcher_arguments(channel_write, list(command.argv))
+                argv = self._bwrap_argv(run_dir, env, seccomp_fd, launcher_arguments, command.read_only_paths)
+                if uid is not None:
+                    assert self._setpriv is not None  # see _run: setpriv, never a fork in this process
+                    argv = [
+                        str(self._setpriv),
+                        f"--reuid={uid}",
+                        f"--regid={uid}",
+                        "--clear-groups",
+                        "--",
+                        *argv,
+                    ]
+                pass_fds = (channel_write,) if seccomp_fd is None else (channel_write, seccomp_fd)
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    pass_fds=pass_fds,
+                    start_new_session=True,
+                    env={},
+                )
+                os.close(channel_write)
+                channel_write = -1
+                channel, channel_transport = await _pipe_reader(channel_read)
+                channel_read = -1
+                assert process.stdin and process.stdout and process.stderr
+                running = SandboxProcess(process.stdin, process.stdout)
+                watchers = [
+                    asyncio.create_task(_drain(channel)),
+                    asyncio.create_task(
+                        _keep_tail(process.stderr, running._stderr, self.limits.max_stderr_bytes)
+                    ),
+                    asyncio.create_task(_kill_after(process, wall_time)),
+                    asyncio.create_task(
+                        _watch_memory(
+                            process, self.limits.max_run_memory_bytes, self.limits.memory_poll_seconds
+                        )
+                    ),
+                ]
+                try:
+                    yield running
+                finally:
+                    channel_transport.close()
+            finally:
+                if process is not None and process.returncode is None:
+                    _kill_group(process)
+                    with contextlib.suppress(ProcessLookupError):
+                        await asyncio.shield(process.wait())
+                for watcher in watchers:
+                    watcher.cancel()
+                for fd in (channel_read, channel_write, seccomp_fd):
+                    if fd is not None and fd >= 0:
+                        os.close(fd)
+                shutil.rmtree(run_dir, ignore_errors=True)
+                self._free_uids.append(uid)
+
+    def _check_command(self, command: SandboxCommand) -> None:
+        if not command.argv or not command.argv[0].startswith("/"):
+            raise SandboxError(
+                SandboxErrorCode.INVALID_REQUEST,
+                "argv: the program must be an absolute path inside the sandbox",
+                field="argv",
+            )
+        if len(command.argv) - 1 > self.limits.max_args or any(
+            len(arg) > self.limits.max_arg_chars or "\x00" in arg for arg in command.argv
+        ):
+            raise SandboxError(
+                SandboxErrorCode.INVALID_REQUEST,
+                f"argv: at most {self.limits.max_args} arguments of {self.limits.max_arg_chars} "
+                "characters each, without NUL",
+                field="argv",
+            )
+        for path in command.read_only_paths:
+            if not path.startswith("/") or ".." in path.split("/") or not os.path.exists(path):
+                raise SandboxError(
+                    SandboxErrorCode.INVALID_REQUEST,
+                    f"read_only_paths: {path[:100]!r} must be an existing absolute path without '..'",
+                    field="read_only_paths",
+                )
+
     def _command(self, request: SandboxRequest) -> list[str]:
         script = safe_relative_path(request.script, "script")
         if request.script not in request.skill_files:
@@ -216,14 +344,16 @@ class ScriptSandbox:
                 field=name,
             )
 
-    def _prepare(self, run_dir: Path, request: SandboxRequest, uid: int | None) -> None:
+    def _prepare(
+        self, run_dir: Path, inputs: Mapping[str, bytes], skill_files: Mapping[str, bytes], uid: int | None
+    ) -> None:
         (run_dir / "etc").mkdir()
         (run_dir / "etc" / "passwd").write_text(
             f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::{WORKSPACE}:/bin/false\n"
         )
         (run_dir / "etc" / "group").write_text(f"sandbox:x:{SANDBOX_UID}:\n")
         (run_dir / "launcher.py").write_bytes(self._launcher_source)
-        for folder, files in (("input", request.inputs), ("skill", request.skill_files)):
+        for folder, files in (("input", inputs), ("skill", skill_files)):
             (run_dir / folder).mkdir()
             for relative, content in files.items():
                 target = run_dir / folder / relative
@@ -258,7 +388,12 @@ class ScriptSandbox:
         return [*arguments, "--", *command]
 
     def _bwrap_argv(
-        self, run_dir: Path, env: dict[str, str], seccomp_fd: int | None, launcher_arguments: list[str]
+        self,
+        run_dir: Path,
+        env: dict[str, str],
+        seccomp_fd: int | None,
+        launcher_arguments: list[str],
+        read_only_paths: Sequence[str] = (),
     ) -> list[str]:
         limits = self.limits
         argv = [str(self._bwrap), "--unshare-all", "--unshare-user", "--disable-userns"]
@@ -283,6 +418,8 @@ class ScriptSandbox:
         argv += ["--ro-bind", str(run_dir / "input"), INPUT_DIR, "--dir", OUTPUT_DIR]
         argv += ["--ro-bind", str(run_dir / "skill"), SKILL_ROOT]
         argv += ["--ro-bind", str(run_dir / "launcher.py"), LAUNCHER]
+        for path in read_only_paths:
+            argv += ["--ro-bind", path, path]
         argv += ["--remount-ro", "/"]
         if seccomp_fd is not None:
             argv += ["--seccomp", str(seccomp_fd)]
@@ -297,7 +434,7 @@ class ScriptSandbox:
         seccomp_fd: int | None = None
         channel_read, channel_write = os.pipe()
         try:
-            self._prepare(run_dir, request, uid)
+            self._prepare(run_dir, request.inputs, request.skill_files, uid)
             if self._seccomp is not None:
                 seccomp_fd = os.memfd_create("ks-sandbox-seccomp", 0)
                 os.write(seccomp_fd, self._seccomp)
@@ -501,6 +638,24 @@ async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
             await stdin.drain()
         stdin.close()
         await stdin.wait_closed()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    """Read and drop (the launcher's report of an interactive run is not used; unread, it could
+    fill the pipe and stop the launcher)."""
+    while await stream.read(_READ_CHUNK):
+        pass
+
+
+async def _keep_tail(stream: asyncio.StreamReader, tail: bytearray, cap: int) -> None:
+    while chunk := await stream.read(_READ_CHUNK):
+        tail.extend(chunk)
+        del tail[: max(0, len(tail) - cap)]
+
+
+async def _kill_after(process: asyncio.subprocess.Process, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    _kill_group(process)
 
 
 async def _watch_memory(process: asyncio.subprocess.Process, limit: int, interval: float) -> bool:

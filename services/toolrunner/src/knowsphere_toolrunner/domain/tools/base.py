@@ -61,6 +61,8 @@ class ToolSpec:
     """Every result is stored whole and the model sees the placeholder (the spec's whole-result flag)."""
     externalise: bool = True
     """False for get_stored_data: what it returns is never externalised again."""
+    group: str | None = None
+    """A name that selects this tool together with others (an MCP server's name selects its tools)."""
 
     @cached_property
     def parameters_json_schema(self) -> str:

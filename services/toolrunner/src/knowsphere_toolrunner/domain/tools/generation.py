@@ -18,6 +18,7 @@ from typing import Any
 from pptx import Presentation
 
 from knowsphere.toolrunner.v1.toolrunner_enums import ToolCategory
+from knowsphere_contracts.vocabulary import ARTIFACT_DOWNLOAD_PREFIX
 from knowsphere_toolrunner.domain.ports import StoredArtifact, ToolResultStore
 from knowsphere_toolrunner.domain.tools.base import Artifact, BadArguments, ToolContext, ToolOutput, ToolSpec
 
@@ -97,7 +98,7 @@ class GeneratePptx:
                 "Create a PowerPoint (.pptx) file from an outline: a title slide, then one slide per entry "
                 "with a title, bullet points (optionally one level of sub-bullets) and speaker notes. Write "
                 "the content first (from the sources you found); the tool only lays it out. Returns the "
-                "file's artifact id and name; tell the user the file is ready to download."
+                "file's name and download link; tell the user the file is ready and give the link."
             ),
             parameters={
                 "type": "object",
@@ -180,9 +181,10 @@ class GeneratePptx:
             {
                 "artifact_id": artifact.artifact_id,
                 "file_name": artifact.file_name,
+                "download_path": f"{ARTIFACT_DOWNLOAD_PREFIX}/{artifact.artifact_id}",
                 "slide_count": len(slides) + 1,
                 "size_bytes": artifact.size_bytes,
-                "note": "The file is ready; the user downloads it from the answer. Do not paste its content.",
+                "note": "Ready: give the user its name and download_path; do not paste its content.",
             },
             artifacts=[artifact],
         )

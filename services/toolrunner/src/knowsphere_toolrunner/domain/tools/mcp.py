@@ -1,5 +1,6 @@
 """Tools of MCP servers, offered as ``<server>__<tool>`` (names the model APIs accept: letters, digits,
-``_`` and ``-``, at most 64). Each is an ordinary tool to the executor: its JSON Schema checks the
+``_`` and ``-``, at most 64); an agent selects one tool by that name or all of a server's by its
+name. Each is an ordinary tool to the executor: its JSON Schema checks the
 arguments, and trimming, time limit, retries and storing of large results apply as to any other.
 
 A tool's own error (``isError``) and a refusal by the server (a JSON-RPC error) are final; a server
@@ -82,6 +83,7 @@ class McpTool:
             parameters=schema,
             category=MCP_CATEGORY,
             timeout_seconds=timeout,
+            group=server.name,
         )
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
