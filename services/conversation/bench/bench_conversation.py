@@ -6,7 +6,8 @@ measures, per turn, from the request to the ``started`` event and to the first t
 own time is known (it answers the intent decision at once and sends its first token after
 ``--first-token-ms``; like a hosted model's stream, that first chunk names the role and the first
 words follow one ``--token-ms`` later), so ``overhead_first_token_ms`` is the time to the first token
-minus those two: what the platform adds. It also reports turns per second and the conversation replica's memory.
+minus those two: what the platform adds. It also reports turns per second and the conversation
+replica's memory.
 
 Usage: ``make bench-conversation`` (``BENCH_ARGS="--levels 1,20,50,100"``). Last line: one JSON object.
 Goal: platform overhead to the first token p95 < 50 ms at 50 concurrent turns.

@@ -1,5 +1,5 @@
-"""The conversation client: sessions, their messages and cancelling turns (chat turns themselves go
-through the bus)."""
+"""The conversation client: sessions, their messages, agents and cancelling turns (chat turns
+themselves go through the bus)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,14 @@ class ConversationClient(ServiceClient):
 
     async def list_messages(self, request: cpb.ListMessagesRequest) -> cpb.ListMessagesResponse:
         response: cpb.ListMessagesResponse = await self._call("ListMessages", request)
+        return response
+
+    async def get_agent(self, agent_id: str) -> cpb.Agent:
+        response: cpb.GetAgentResponse = await self._call("GetAgent", cpb.GetAgentRequest(agent_id=agent_id))
+        return response.agent
+
+    async def list_agents(self, request: cpb.ListAgentsRequest) -> cpb.ListAgentsResponse:
+        response: cpb.ListAgentsResponse = await self._call("ListAgents", request)
         return response
 
     async def cancel_turn(self, turn_id: str, session_id: str = "") -> bool:

@@ -10,12 +10,13 @@ on which the services declare what they publish and subscribe to; a test fails w
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from knowsphere_contracts.vocabulary import DocumentStatus
 
@@ -26,6 +27,12 @@ MAX_IMAGES_PER_MESSAGE = 4
 MAX_IMAGE_REF_CHARS = 700_000
 """An image travels by URL or as a data URL; a data URL this long is about 500 KiB of image (NATS
 carries messages of up to 1 MiB). Larger images go by URL."""
+MAX_HISTORY_MESSAGES = 64
+"""Earlier messages a request may bring along (:attr:`ChatRequested.history`)."""
+MAX_HISTORY_CHARS = 200_000
+"""Their characters together: the request must fit in one NATS message (1 MiB)."""
+CITATION_MARKER = re.compile(r"\[\[(c\d{1,4})\]\]")
+"""A citation as an answer writes it, right after the fact: ``[[cN]]``; group 1 is the handle."""
 
 
 def _now() -> datetime:
@@ -65,8 +72,22 @@ CHAT_EVENTS_STREAM = "KS_CHAT_EVENTS"
 resumes from the last sequence it saw."""
 
 
+class HistoryMessage(BaseModel):
+    """A message of a conversation held by the client rather than by a session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["user", "assistant"]
+    content: str = Field(max_length=MAX_MESSAGE_CHARS)
+
+
 class ChatRequested(Event):
-    """A user asked a question; one conversation replica takes the turn from the work queue."""
+    """A user asked a question; one conversation replica takes the turn from the work queue.
+
+    Without a session, ``agent_id`` names the agent that answers (empty: the default agent) and
+    ``history`` the conversation so far, oldest first, which the turn reads as a session's earlier
+    turns (the same number of most recent turns is used). With a session, the session holds both.
+    """
 
     subject: ClassVar[str] = "ks.chat.request.v1"
     turn_id: str = Field(min_length=1, max_length=64)
@@ -83,6 +104,24 @@ class ChatRequested(Event):
         max_length=MAX_IMAGES_PER_MESSAGE,
         description="the message's images: http(s) or data:image/…;base64 URLs (links in the text count too)",
     )
+    agent_id: str = Field(
+        default="", max_length=128, description="the agent answering a turn without a session; empty: default"
+    )
+    history: list[HistoryMessage] = Field(
+        default_factory=list,
+        max_length=MAX_HISTORY_MESSAGES,
+        description="earlier messages of a conversation without a session, oldest first",
+    )
+
+    @model_validator(mode="after")
+    def _session_or_client_history(self) -> ChatRequested:
+        if self.session_id and (self.history or self.agent_id):
+            given = "history" if self.history else "agent_id"
+            raise ValueError(f"{given}: only for a turn without a session (a session has its own)")
+        total = sum(len(m.content) for m in self.history)
+        if total > MAX_HISTORY_CHARS:
+            raise ValueError(f"history: {total} characters; at most {MAX_HISTORY_CHARS} in all")
+        return self
 
 
 class TurnEventKind(StrEnum):
@@ -141,8 +180,8 @@ class ChatTurnEvent(Event):
     message), ``sources`` (citations: this turn's numbered sources), ``compacted`` (earlier turns were
     summarised into the session's handoff document before this turn), ``text_delta`` (text),
     ``completed`` (text: the whole answer, citations: the sources it cites, answer_kind,
-    removed_citations), ``cancelled`` (text: what was said before the cancel), ``error`` (error_code,
-    error_message).
+    removed_citations, prompt_tokens, completion_tokens), ``cancelled`` (text: what was said before the
+    cancel), ``error`` (error_code, error_message).
     """
 
     subject: ClassVar[str] = "ks.chat.events.v1"
@@ -165,6 +204,12 @@ class ChatTurnEvent(Event):
         default=None, description="stable machine code, e.g. retrieval_unavailable"
     )
     error_message: str | None = Field(default=None, description="a message for the user")
+    prompt_tokens: int | None = Field(
+        default=None, ge=0, description="completed: prompt tokens of the turn's main-model requests"
+    )
+    completion_tokens: int | None = Field(
+        default=None, ge=0, description="completed: tokens the turn's main-model requests generated"
+    )
 
     @classmethod
     def subject_for(cls, turn_id: str) -> str:

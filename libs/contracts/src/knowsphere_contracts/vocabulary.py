@@ -25,7 +25,12 @@ from knowsphere.ingestion.v1.ingestion_enums import (
     MigrationState,
 )
 
+ARTIFACT_DOWNLOAD_PREFIX: Final = "/api/v1/artifacts"
+"""Where the public API serves a file a tool produced (``{prefix}/{artifact_id}``): the gateway's route,
+and the link a tool's answer gives the model to pass on."""
+
 __all__ = [
+    "ARTIFACT_DOWNLOAD_PREFIX",
     "IN_PROGRESS_STATUSES",
     "MAX_EMBEDDING_DIMENSION",
     "MAX_ENTITY_NAME_CHARS",

@@ -34,6 +34,7 @@ from knowsphere_contracts.events import (
     ChatTurnEvent,
     Citation,
     CitedDocument,
+    HistoryMessage,
     TurnCompleted,
     TurnEventKind,
 )
@@ -126,6 +127,23 @@ SESSION_BUSY = "session_busy"
 AGENT_INACTIVE = "agent_inactive"
 
 
+def history_messages(turn_id: str, history: Sequence[HistoryMessage]) -> list[Message]:
+    """A client's conversation so far as the checkpoint keeps a session's turns: each run of questions
+    and the answers after them is one finished turn (a question without an answer is not one)."""
+    messages: list[Message] = []
+    turn = 0
+    for index, item in enumerate(history):
+        if item.role == "user" and messages and messages[-1]["role"] == "assistant":
+            turn += 1
+        message = Message(
+            id=f"{turn_id}-h{index}", turn_id=f"{turn_id}-h{turn}", role=item.role, content=item.content
+        )
+        if item.role == "assistant":
+            message["final"] = True
+        messages.append(message)
+    return messages
+
+
 class Agents(Protocol):
     """The tenant's agent records (the conversation's store)."""
 
@@ -184,26 +202,27 @@ class TurnRunner:
             final = await emit(TurnEventKind.ERROR, error_code=IDENTITY_REQUIRED, error_message=str(error))
             return TurnResult(Outcome.ANSWERED, final)
         agent = self._agent
+        problem: tuple[str, str] | None = None
+        agent_id, missing_agent = request.agent_id, f"agent {request.agent_id} not found"
         if request.session_id and self._sessions is not None:
             session = await self._sessions.get(identity, request.session_id)
-            problem = (
-                (SESSION_NOT_FOUND, f"session {request.session_id} not found") if session is None else None
-            )
-            if session is not None and session.agent_id and self._agents is not None:
-                record = await self._agents.get_agent(identity.tenant_id, session.agent_id)
-                if record is None:
-                    problem = (AGENT_NOT_FOUND, f"the session's agent {session.agent_id} no longer exists")
-                elif not record.active:
-                    problem = (
-                        AGENT_INACTIVE,
-                        f"the agent {record.display_name or record.name} is switched off",
-                    )
-                else:
-                    agent = agent_config(record)  # read at the start: a change applies from the next turn
-            if problem is not None:
-                emit = self._emitter(request, Replay(previous))
-                final = await emit(TurnEventKind.ERROR, error_code=problem[0], error_message=problem[1])
-                return TurnResult(Outcome.ANSWERED, final)
+            if session is None:
+                problem = (SESSION_NOT_FOUND, f"session {request.session_id} not found")
+            else:
+                agent_id = session.agent_id
+                missing_agent = f"the session's agent {session.agent_id} no longer exists"
+        if problem is None and agent_id and self._agents is not None:
+            record = await self._agents.get_agent(identity.tenant_id, agent_id)
+            if record is None:
+                problem = (AGENT_NOT_FOUND, missing_agent)
+            elif not record.active:
+                problem = (AGENT_INACTIVE, f"the agent {record.display_name or record.name} is switched off")
+            else:
+                agent = agent_config(record)  # read at the start: a change applies from the next turn
+        if problem is not None:
+            emit = self._emitter(request, Replay(previous))
+            final = await emit(TurnEventKind.ERROR, error_code=problem[0], error_message=problem[1])
+            return TurnResult(Outcome.ANSWERED, final)
         # A session's checkpoint thread belongs to its tenant and user: another caller's session id
         # names another thread.
         thread = thread_id(identity, request.session_id or request.turn_id)
@@ -300,8 +319,9 @@ class TurnRunner:
 
         async def invoke() -> Any:
             if not resuming:
+                earlier = history_messages(request.turn_id, request.history)
                 return await graph.ainvoke(
-                    {"messages": [question], "turn_id": request.turn_id, "question": text}, config
+                    {"messages": [*earlier, question], "turn_id": request.turn_id, "question": text}, config
                 )
             if saved.next:
                 span.add_event("turn resumed", {"node": ",".join(saved.next)})
@@ -356,6 +376,8 @@ class TurnRunner:
             citations=cited,
             answer_kind=answer_kind,
             removed_citations=runtime.removed_citations,
+            prompt_tokens=runtime.usage.get("prompt_tokens", 0),
+            completion_tokens=runtime.usage.get("completion_tokens", 0),
         )
         return final
 
@@ -398,4 +420,5 @@ __all__ = [
     "SessionLeases",
     "TurnResult",
     "TurnRunner",
+    "history_messages",
 ]
