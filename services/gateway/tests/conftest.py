@@ -19,6 +19,7 @@ from knowsphere_clients import (
     MemoryClient,
     ModelHubClient,
     RetrievalClient,
+    ToolRunnerClient,
 )
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore
@@ -77,6 +78,7 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
         modelhub: object | None = None,
         conversation: object | None = None,
         memory: object | None = None,
+        toolrunner: object | None = None,
         **context: Any,
     ) -> FastAPI:
         fields: dict[str, Any] = {
@@ -92,6 +94,10 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
             "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),
             "conversation": ConversationClient(await serve("conversation", conversation or Nothing())),
             "memory": MemoryClient(await serve("memory", memory or Nothing())),
+            # A fake peer, or a client of a real toolrunner process.
+            "toolrunner": toolrunner
+            if isinstance(toolrunner, ToolRunnerClient)
+            else ToolRunnerClient(await serve("toolrunner", toolrunner or Nothing())),
         }
         fields.update(context)
         return create_app(GatewayContext(**fields))

@@ -130,15 +130,20 @@ async def test_file_and_metadata_are_read_with_size_and_hash() -> None:
     assert content(upload) == data
 
 
-async def test_parts_other_than_file_and_metadata_and_an_epilogue_are_ignored() -> None:
-    body = (
-        part('form-data; name="comment"', b"x" * 1000)
-        + file_part(b"abc")
-        + closing()
-        + b"epilogue that is not multipart at all"
-    )
+async def test_an_epilogue_is_ignored() -> None:
+    body = file_part(b"abc") + closing() + b"epilogue that is not multipart at all"
     upload = await spool(body)
     assert (upload.metadata, content(upload)) == ({}, b"abc")
+
+
+async def test_a_part_other_than_file_and_metadata_or_a_second_metadata_is_refused_naming_it() -> None:
+    misspelt = await spool_error(part('form-data; name="metdata"', b"{}") + file_part(b"abc") + closing())
+    assert (misspelt.status_code, misspelt.body["field"]) == (400, "metdata")
+    assert "'metdata': not a part of an upload" in misspelt.body["message"]
+    twice = await spool_error(
+        metadata_part("{}") + metadata_part('{"a": "b"}') + file_part(b"abc") + closing()
+    )
+    assert (twice.status_code, twice.body["field"]) == (400, "metadata")
 
 
 async def test_body_split_at_random_byte_boundaries_gives_the_same_upload() -> None:
@@ -184,9 +189,10 @@ async def test_a_client_path_is_cut_to_the_file_name() -> None:
 
 
 async def test_missing_file_part_is_a_400_on_file() -> None:
+    # A file under another part name is not taken for the file: it is refused, naming that part.
     error = await spool_error(metadata_part("{}") + part('form-data; name="other"; filename="a.md"', b"#"))
     assert error.status_code == 400
-    assert error.body["field"] == "file"
+    assert error.body["field"] == "other"
     error = await spool_error(metadata_part("{}") + closing())
     assert error.status_code == 400
     assert error.body == {
@@ -364,7 +370,8 @@ async def test_more_files_than_the_limit_stop_the_reading_with_a_400_naming_the_
     assert caught.value.status_code == 400
     assert caught.value.body == {
         "code": "invalid_argument",
-        "message": "file: more than 3 files in one upload (max_files_per_upload is 3)",
+        "message": "file: more than 3 files in one upload (the smaller of the upload policy's "
+        "max_files_per_upload and KS_GATEWAY_MAX_UPLOAD_FILES is 3)",
         "field": "file",
     }
     assert pulled == 4

@@ -26,6 +26,8 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
+from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
+from knowsphere_clients import ToolRunnerClient
 from knowsphere_contracts.events import ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_gateway.domain.tokens import Role, TokenService
@@ -42,6 +44,8 @@ RESOURCE_FIELDS = frozenset(
         "model_id",
         "turn_id",
         "memory_item_id",
+        "agent_id",
+        "artifact_id",
     }
 )
 PATH_IDS = {
@@ -51,6 +55,7 @@ PATH_IDS = {
     "model_id": "model-a",
     "turn_id": "turn-a",
     "item_id": "item-a",
+    "artifact_id": "artifact-a",
     "type": "knowledge_qa",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
@@ -72,10 +77,19 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("PATCH", "/api/v1/sessions/{session_id}"): {"json": {"title": "t"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "n", "role": "member"}},
     ("PATCH", "/api/v1/memory/items/{item_id}"): {"json": {"content": "I work in finance"}},
+    # The owner's agent as the model is a 404 like one in the path.
+    ("POST", "/v1/chat/completions"): {
+        "json": {"model": "agent-a", "messages": [{"role": "user", "content": "hi"}]}
+    },
+    ("POST", "/v1/embeddings"): {"json": {"model": "default", "input": "leave"}},
 }
-NAMES_A_RESOURCE_IN_ITS_BODY = {("PUT", "/api/v1/models/defaults/{type}"), ("POST", "/api/v1/chat/turns")}
-# Publishing a turn needs NATS (test_chat covers it); the owner's walk leaves it out.
-OWNER_SKIPS = {("POST", "/api/v1/chat/turns")}
+NAMES_A_RESOURCE_IN_ITS_BODY = {
+    ("PUT", "/api/v1/models/defaults/{type}"),
+    ("POST", "/api/v1/chat/turns"),
+    ("POST", "/v1/chat/completions"),
+}
+# Publishing a turn needs NATS (test_chat and test_openai_compat cover it); the owner's walk leaves it out.
+OWNER_SKIPS = {("POST", "/api/v1/chat/turns"), ("POST", "/v1/chat/completions")}
 # A fake answers every call with an empty response but these.
 ANSWERS: dict[str, Message] = {
     "GetUploadPolicy": ipb.GetUploadPolicyResponse(
@@ -84,6 +98,10 @@ ANSWERS: dict[str, Message] = {
         file_types=[ipb.SupportedFileType(extension="md", content_types=["text/markdown"])],
     ),
     "UploadDocuments": ipb.UploadDocumentsResponse(results=[ipb.UploadResult(file_name="notes.md")]),
+    # Streamed once (a stream of the fakes is otherwise empty).
+    "DownloadArtifact": tpb.DownloadArtifactResponse(
+        artifact=tpb.ToolArtifact(artifact_id="artifact-a", file_name="a.pptx", content_type="text/plain")
+    ),
 }
 
 
@@ -102,16 +120,24 @@ class TenantScoped:
 
     def __init__(self, service: str, tenants: list[str]) -> None:
         for method in CONTRACTS[service].descriptor.methods:
-            response = ANSWERS.get(method.name) or GetMessageClass(method.output_type)()
+            answer = ANSWERS.get(method.name)
+            response = answer or GetMessageClass(method.output_type)()
+            streamed = (response,) if answer is not None else ()
             setattr(
                 self,
                 method.name,
-                self._behaviour(method.client_streaming, method.server_streaming, response, tenants),
+                self._behaviour(
+                    method.client_streaming, method.server_streaming, response, streamed, tenants
+                ),
             )
 
     @staticmethod
     def _behaviour(
-        client_streaming: bool, server_streaming: bool, response: Message, tenants: list[str]
+        client_streaming: bool,
+        server_streaming: bool,
+        response: Message,
+        streamed: tuple[Message, ...],
+        tenants: list[str],
     ) -> Callable[..., Any]:
         async def check(request: Message, context: grpc.aio.ServicerContext) -> None:
             tenant = require_identity().tenant_id
@@ -132,8 +158,8 @@ class TenantScoped:
 
             async def watch(request: Message, context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
                 await check(request, context)
-                for _ in ():
-                    yield response
+                for message in streamed:
+                    yield message
 
             return watch
 
@@ -201,13 +227,16 @@ async def walk(
 
 
 async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_another_tenant(
-    gateway: Any, client: Any, tokens: TokenService, tenants: list[str]
+    gateway: Any, serve: Any, client: Any, tokens: TokenService, tenants: list[str]
 ) -> None:
     peers = {
         name: TenantScoped(name, tenants)
         for name in ("ingestion", "retrieval", "modelhub", "conversation", "memory")
     }
-    app = await gateway(**peers, local_identity=None, stored_turn_events=stored_turn_events)
+    toolrunner = ToolRunnerClient(await serve("toolrunner", TenantScoped("toolrunner", tenants)))
+    app = await gateway(
+        **peers, toolrunner=toolrunner, local_identity=None, stored_turn_events=stored_turn_events
+    )
     owner = (await tokens.issue(OWNER, Role.ADMIN, name="owner", ttl=timedelta(days=1))).token
     stranger = (await tokens.issue(STRANGER, Role.ADMIN, name="stranger", ttl=timedelta(days=1))).token
     owners_other_token = (await tokens.issue(OWNER, Role.MEMBER, name="ci", ttl=timedelta(days=1))).record.id

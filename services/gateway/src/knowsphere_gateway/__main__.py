@@ -10,6 +10,7 @@ from knowsphere_clients import (
     MemoryClient,
     ModelHubClient,
     RetrievalClient,
+    ToolRunnerClient,
     service_channel,
 )
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
@@ -73,11 +74,13 @@ def main() -> None:
                 allowed_origins=frozenset(settings.allowed_origins),
                 token_default_ttl_days=settings.token_default_ttl_days,
                 token_max_ttl_days=settings.token_max_ttl_days,
+                limits=settings.limits(),
                 modelhub=ModelHubClient(channels["modelhub"]),
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
                 conversation=ConversationClient(channels["conversation"]),
                 memory=MemoryClient(channels["memory"]),
+                toolrunner=ToolRunnerClient(channels["toolrunner"]),
                 stored_turn_events=lambda turn_id: read_subject(
                     broker.config.connection_state.stream,
                     CHAT_EVENTS_STREAM,

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from knowsphere_gateway.domain.limits import DEFAULT_LIMITS, Limits
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
 from knowsphere_runtime.settings import ServiceSettings
 
@@ -144,7 +145,61 @@ class Settings(ServiceSettings, TokenStoreSettings):
         "state-changing requests (comma-separated)",
     )
 
+    # --- limits (api/limits.py) ---
+    max_body_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_body_bytes, ge=1024, description="largest request body but an upload"
+    )
+    max_upload_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_upload_bytes,
+        ge=1024,
+        description="largest upload request, all its files and parts together (checked on Content-Length "
+        "and while the body arrives, before anything past it is spooled)",
+    )
+    max_upload_files: int = Field(
+        default=DEFAULT_LIMITS.max_upload_files,
+        ge=1,
+        description="most files in one batch upload (the upload policy's max_files_per_upload may be lower)",
+    )
+    body_idle_timeout_seconds: float = Field(
+        default=DEFAULT_LIMITS.body_idle_timeout_seconds,
+        gt=0,
+        description="longest pause in a request body before it is refused with 408",
+    )
+    body_min_bytes_per_second: int = Field(
+        default=DEFAULT_LIMITS.body_min_bytes_per_second,
+        ge=0,
+        description="slowest average rate of a body that takes longer than the idle timeout (408 below it)",
+    )
+    caller_rate_limit_per_second: float = Field(
+        default=DEFAULT_LIMITS.caller_rate_limit_per_second,
+        gt=0,
+        description="requests per second one caller (token, or tenant and user) may make on average",
+    )
+    caller_rate_limit_burst: int = Field(
+        default=DEFAULT_LIMITS.caller_rate_limit_burst,
+        ge=1,
+        description="requests one caller may make at once",
+    )
+    caller_max_concurrent_requests: int = Field(
+        default=DEFAULT_LIMITS.caller_max_concurrent_requests,
+        ge=1,
+        description="requests of one caller in flight at once (an open event stream counts)",
+    )
+
     _split_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_separated)
+
+    def limits(self) -> Limits:
+        """The body and per-caller limits of the HTTP API."""
+        return Limits(
+            max_body_bytes=self.max_body_bytes,
+            max_upload_bytes=self.max_upload_bytes,
+            max_upload_files=self.max_upload_files,
+            body_idle_timeout_seconds=self.body_idle_timeout_seconds,
+            body_min_bytes_per_second=self.body_min_bytes_per_second,
+            caller_rate_limit_per_second=self.caller_rate_limit_per_second,
+            caller_rate_limit_burst=self.caller_rate_limit_burst,
+            caller_max_concurrent_requests=self.caller_max_concurrent_requests,
+        )
 
     @field_validator("local_mode")
     @classmethod

@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute
 
-from knowsphere_gateway.api.errors import HttpError
+from knowsphere_gateway.api.errors import GUARDED_RESPONSES, HttpError
 from knowsphere_gateway.domain.access import role_needed
 from knowsphere_gateway.domain.tokens import Role, TokenRefused, TokenService
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity, bound_language
@@ -53,11 +53,9 @@ PROXY_IDENTITY_HEADERS = (TENANT_HEADER, USER_HEADER, ROLE_HEADER)
 BEARER = HTTPBearer(auto_error=False, description="an API token: `Authorization: Bearer ks_…`")
 
 
-AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "no usable credentials: no token, or an unknown, expired or revoked one"},
-    403: {"description": "the caller's role may not use this route"},
-}
-"""What every guarded route may answer for authentication and authorization, for the OpenAPI document."""
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = GUARDED_RESPONSES
+"""What every guarded route may answer, for the OpenAPI document: authentication and authorization
+(401, 403), the caller's limits (429), a refused body (408, 413, 422) and a failure (500)."""
 
 
 def language_tag(accept_language: str | None) -> str | None:

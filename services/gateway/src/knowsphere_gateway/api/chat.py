@@ -35,8 +35,14 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.errors import HttpError
-from knowsphere_gateway.api.protojson import RequestBody
+from knowsphere_gateway.api.errors import (
+    GUARDED_RESPONSES,
+    SERVICE_RESPONSES,
+    HttpError,
+    as_json_errors,
+    error_response,
+)
+from knowsphere_gateway.api.protojson import JsonBool, RequestBody
 from knowsphere_runtime.bus import Fanout
 
 StoredEvents = Callable[[str], Awaitable[list[tuple[bytes, dict[str, str]]]]]
@@ -46,6 +52,9 @@ log = structlog.get_logger(__name__)
 
 TURN_TIMEOUT_CODE = "turn_timeout"
 
+# The streams' errors before the first event are JSON.
+STREAM_ERRORS = as_json_errors({**GUARDED_RESPONSES, **SERVICE_RESPONSES})
+
 
 class ChatTurnRequest(RequestBody):
     message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="the user's question")
@@ -53,8 +62,8 @@ class ChatTurnRequest(RequestBody):
         default_factory=list, max_length=MAX_KNOWLEDGE_BASES_PER_TURN, description="knowledge bases to search"
     )
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
-    web_search: bool = Field(default=False, description="let the answer use web search this turn")
-    knowledge_graph: bool = Field(default=False, description="let the answer query the knowledge graph")
+    web_search: JsonBool = Field(default=False, description="let the answer use web search this turn")
+    knowledge_graph: JsonBool = Field(default=False, description="let the answer query the knowledge graph")
     language: str = Field(
         default="", max_length=35, description="answer language (BCP-47); empty: the question's"
     )
@@ -89,7 +98,7 @@ def build_chat_router(
 ) -> APIRouter:
     """``events`` is fed by the bus's subscriber of turn events; ``turn_timeout_seconds`` is the longest
     wait for a turn's next event; ``stored_events`` reads what the events stream keeps of a turn."""
-    router = APIRouter(prefix="/api/v1", tags=["chat"])
+    router = APIRouter(prefix="/api/v1", tags=["chat"], responses=SERVICE_RESPONSES)
 
     async def existing_session(body: ChatTurnRequest, who: Annotated[Caller, Depends(caller)]) -> None:
         # Checked before the stream starts, so an unknown (or another user's) session is a plain 404.
@@ -112,8 +121,14 @@ def build_chat_router(
         "/chat/turns/{turn_id}/events",
         response_class=EventSourceResponse,
         responses={
+            **STREAM_ERRORS,
             200: {"description": "the turn's events after the given sequence, then live ones, to the final"},
-            404: {"description": "no such turn of the caller (or its events have expired)"},
+            **as_json_errors(
+                {
+                    404: error_response("no such turn of the caller (or its events have expired)"),
+                    501: error_response("resuming turns needs the events stream (JetStream)"),
+                }
+            ),
         },
     )
     async def resume_turn(
@@ -156,8 +171,9 @@ def build_chat_router(
         "/chat/turns",
         response_class=EventSourceResponse,
         responses={
+            **STREAM_ERRORS,
             200: {"description": "the turn's events; the last one is `completed`, `cancelled` or `error`"},
-            404: {"description": "the session is not the caller's"},
+            **as_json_errors({404: error_response("the session is not the caller's")}),
         },
         dependencies=[Depends(existing_session)],
     )

@@ -17,8 +17,10 @@ from knowsphere_clients import (
     MemoryClient,
     ModelHubClient,
     RetrievalClient,
+    ToolRunnerClient,
 )
 from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_gateway.api.artifacts import build_artifacts_router
 from knowsphere_gateway.api.browser import BrowserGuard
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import (
@@ -31,13 +33,15 @@ from knowsphere_gateway.api.caller import (
 from knowsphere_gateway.api.chat import StoredEvents, build_chat_router
 from knowsphere_gateway.api.errors import install_error_handlers
 from knowsphere_gateway.api.knowledge import build_knowledge_router, knowledge_base_exists
+from knowsphere_gateway.api.limits import DEFAULT_LIMITS, BodyLimits, Limits, caller_limits_dependency
 from knowsphere_gateway.api.memory import build_memory_router
 from knowsphere_gateway.api.models import build_models_router
+from knowsphere_gateway.api.openai_compat import build_openai_router
 from knowsphere_gateway.api.progress import build_progress_router
 from knowsphere_gateway.api.search import build_search_router
 from knowsphere_gateway.api.sessions import build_sessions_router
 from knowsphere_gateway.api.tokens import build_tokens_router
-from knowsphere_gateway.api.uploads import build_uploads_router
+from knowsphere_gateway.api.uploads import UPLOAD_PATHS, build_uploads_router
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS, TokenService
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
@@ -60,6 +64,7 @@ class GatewayContext:
     ingestion: IngestionClient
     conversation: ConversationClient
     memory: MemoryClient
+    toolrunner: ToolRunnerClient  # files tools produced (api/artifacts.py)
     stored_turn_events: StoredEvents | None = None
     # Who may call (see api/caller.py and api/browser.py): local single-user mode acts as
     # ``local_identity``; ``proxy_secret`` lets an authenticating proxy vouch for callers.
@@ -69,6 +74,8 @@ class GatewayContext:
     allowed_origins: frozenset[str] = frozenset()
     token_default_ttl_days: int = DEFAULT_TOKEN_TTL_DAYS
     token_max_ttl_days: int = MAX_TOKEN_TTL_DAYS
+    # Body size and time, per-caller rate and concurrency (api/limits.py).
+    limits: Limits = DEFAULT_LIMITS
 
 
 class HealthReport(BaseModel):
@@ -86,9 +93,15 @@ def create_app(ctx: GatewayContext) -> FastAPI:
     install_error_handlers(app)
     install_auth_error_handler(app)
     app.add_middleware(BrowserGuard, allowed_hosts=ctx.allowed_hosts, allowed_origins=ctx.allowed_origins)
+    app.add_middleware(BodyLimits, limits=ctx.limits, upload_paths=UPLOAD_PATHS)
     caller = caller_dependency(Authenticator(ctx.tokens, ctx.local_identity, ctx.proxy_secret))
-    # Every API route: the caller's role is checked (domain/access.py) before the route runs.
-    guarded = [Depends(authorization_dependency(caller))]
+    # Every API route: the caller's role is checked (domain/access.py) before the route runs, then
+    # the caller's rate and concurrency limits (api/limits.py).
+    guarded = [
+        Depends(authorization_dependency(caller)),
+        # Held until the response is over (an event stream included).
+        Depends(caller_limits_dependency(caller, ctx.limits), scope="request"),
+    ]
     kb_exists = knowledge_base_exists(ctx.ingestion, caller)
 
     app.include_router(
@@ -108,13 +121,18 @@ def create_app(ctx: GatewayContext) -> FastAPI:
         build_memory_router(ctx.memory, caller), dependencies=guarded, responses=AUTH_RESPONSES
     )
     app.include_router(
+        build_artifacts_router(ctx.toolrunner, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
         build_search_router(ctx.retrieval, caller), dependencies=guarded, responses=AUTH_RESPONSES
     )
     app.include_router(
         build_knowledge_router(ctx.ingestion, caller), dependencies=guarded, responses=AUTH_RESPONSES
     )
     app.include_router(
-        build_uploads_router(ctx.ingestion, caller, kb_exists), dependencies=guarded, responses=AUTH_RESPONSES
+        build_uploads_router(ctx.ingestion, caller, kb_exists, ctx.limits.max_upload_files),
+        dependencies=guarded,
+        responses=AUTH_RESPONSES,
     )
     app.include_router(
         build_progress_router(ctx.ingestion, caller, kb_exists),
@@ -125,6 +143,19 @@ def create_app(ctx: GatewayContext) -> FastAPI:
         build_tokens_router(ctx.tokens, caller, ctx.token_default_ttl_days, ctx.token_max_ttl_days),
         dependencies=guarded,
         responses=AUTH_RESPONSES,
+    )
+    # The OpenAI-compatible API declares its errors in OpenAI's shape itself.
+    app.include_router(
+        build_openai_router(
+            ctx.bus,
+            ctx.chat_events,
+            caller,
+            ctx.chat_turn_timeout,
+            ctx.conversation,
+            ctx.ingestion,
+            ctx.modelhub,
+        ),
+        dependencies=guarded,
     )
 
     @app.get("/healthz", response_model=HealthReport, tags=["operations"])

@@ -15,6 +15,7 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere.ingestion.v1.ingestion_enums import DocumentStatus
 from knowsphere_clients import IngestionClient
 from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES, error_response
 from knowsphere_gateway.api.protojson import body_model, from_json, json_model, to_json
 
 KnowledgeBaseJson = json_model(pb.KnowledgeBase.DESCRIPTOR)
@@ -22,7 +23,12 @@ KnowledgeBaseListJson = json_model(pb.ListKnowledgeBasesResponse.DESCRIPTOR)
 DocumentJson = json_model(pb.Document.DESCRIPTOR)
 DocumentListJson = json_model(pb.ListDocumentsResponse.DESCRIPTOR)
 
-PageSize = Annotated[int, Query(ge=0, description="0 = server default; the server's maximum applies")]
+INT32_MAX = 2**31 - 1
+"""The largest value of a proto ``int32`` (page sizes, counts): a larger one is refused with a 422."""
+
+PageSize = Annotated[
+    int, Query(ge=0, le=INT32_MAX, description="0 = server default; the server's maximum applies")
+]
 """The ``page_size`` of a list: the default and the maximum are the answering service's, not restated."""
 
 # Request bodies: the request messages, the id from the path left out.
@@ -48,7 +54,7 @@ def knowledge_base_exists(
 
 def build_knowledge_router(ingestion: IngestionClient, caller: Callable[..., Caller]) -> APIRouter:
     """``caller`` is the dependency giving each route its :class:`Caller`."""
-    router = APIRouter(prefix="/api/v1", tags=["knowledge"])
+    router = APIRouter(prefix="/api/v1", tags=["knowledge"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
     # --- knowledge bases ---
@@ -124,7 +130,11 @@ def build_knowledge_router(ingestion: IngestionClient, caller: Callable[..., Cal
             await ingestion.delete_document(document_id)
         return Response(status_code=204)
 
-    @router.post("/documents/{document_id}/reingest", response_model=DocumentJson)
+    @router.post(
+        "/documents/{document_id}/reingest",
+        response_model=DocumentJson,
+        responses={409: error_response("the document is still being ingested")},
+    )
     async def reingest_document(document_id: str, who: Who) -> dict[str, Any]:
         """Ingests the stored file again with the current settings (409 while still in progress)."""
         with who.bound():
@@ -134,6 +144,7 @@ def build_knowledge_router(ingestion: IngestionClient, caller: Callable[..., Cal
 
 
 __all__ = [
+    "INT32_MAX",
     "DocumentJson",
     "DocumentListJson",
     "KnowledgeBaseJson",

@@ -12,6 +12,7 @@ from knowsphere.memory.v1 import memory_pb2 as pb
 from knowsphere.memory.v1.memory_enums import MemoryItemKind
 from knowsphere_clients import MemoryClient
 from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES
 from knowsphere_gateway.api.knowledge import PageSize
 from knowsphere_gateway.api.protojson import RequestBody, json_model, to_json
 
@@ -26,7 +27,7 @@ class MemoryItemUpdate(RequestBody):
 
 
 def build_memory_router(memory: MemoryClient, caller: Callable[..., Caller]) -> APIRouter:
-    router = APIRouter(prefix="/api/v1/memory", tags=["memory"])
+    router = APIRouter(prefix="/api/v1/memory", tags=["memory"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
     @router.get("/items", response_model=ItemListJson)

@@ -16,8 +16,16 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_clients import ModelHubClient
 from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.knowledge import PageSize
-from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES
+from knowsphere_gateway.api.knowledge import INT32_MAX, PageSize
+from knowsphere_gateway.api.protojson import (
+    JSON_INTEGER,
+    JsonFloat,
+    RequestBody,
+    from_json,
+    json_model,
+    to_json,
+)
 
 ModelJson = json_model(pb.Model.DESCRIPTOR)
 ModelListJson = json_model(pb.ListModelsResponse.DESCRIPTOR)
@@ -27,14 +35,15 @@ UsageListJson = json_model(pb.ListModelUsagesResponse.DESCRIPTOR)
 
 # The request bodies below are hand-written: they check what modelhub does not (name lengths, at least
 # one type, parameter ranges). Their keys are the request messages' field names, so ``from_json`` turns
-# them into those messages.
+# them into those messages. Numbers are strict (``true`` is no number, ``"0.5"`` no temperature) and
+# within the range of their proto fields.
 
 
 class ModelParametersBody(RequestBody):
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, ge=1)
-    context_window: int | None = Field(default=None, ge=1)
-    embedding_dimension: int | None = Field(default=None, ge=1, le=MAX_EMBEDDING_DIMENSION)
+    temperature: Annotated[JsonFloat, Field(ge=0, le=2)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX), JSON_INTEGER] | None = None
+    context_window: Annotated[int, Field(ge=1, le=INT32_MAX), JSON_INTEGER] | None = None
+    embedding_dimension: Annotated[int, Field(ge=1, le=MAX_EMBEDDING_DIMENSION), JSON_INTEGER] | None = None
     extra: dict[str, Any] | None = Field(default=None, description="provider-specific request parameters")
 
 
@@ -67,7 +76,7 @@ class DefaultUpdate(RequestBody):
 
 def build_models_router(modelhub: ModelHubClient, caller: Callable[..., Caller]) -> APIRouter:
     """``caller`` is the dependency giving each route its :class:`Caller`."""
-    router = APIRouter(prefix="/api/v1", tags=["models"])
+    router = APIRouter(prefix="/api/v1", tags=["models"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
     @router.get("/providers", response_model=ProviderListJson)

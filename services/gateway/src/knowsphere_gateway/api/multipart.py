@@ -3,7 +3,8 @@ parser) and each ``file`` part spooled to its own temporary file, never held who
 
 A file stays in memory up to ``SPOOL_MEMORY_BYTES`` and spills to disk above it (disk writes and
 reads run off the event loop); its size and sha256 are computed on the way. An optional
-``metadata`` part holds a JSON object of strings. ``spool_upload`` takes one file and stops reading as
+``metadata`` part holds a JSON object of strings; any other part is refused (400 naming it), so that a
+misspelt ``metdata`` is never dropped unseen. ``spool_upload`` takes one file and stops reading as
 soon as it goes over the size limit; ``spool_uploads`` takes several (up to a count limit) and refuses
 a file over the size limit on its own, dropping its bytes, so that the others go on.
 """
@@ -274,7 +275,18 @@ class _Spooler:
             self._digest = hashlib.sha256()
             self._current = "file"
         elif part.name == "metadata":
+            if self.metadata_raw is not None:
+                raise HttpError(
+                    400, "invalid_argument", "metadata: send one metadata part, not several", "metadata"
+                )
             self.metadata_raw, self._current = bytearray(), "metadata"
+        else:
+            raise HttpError(
+                400,
+                "invalid_argument",
+                f"{part.name!r}: not a part of an upload; send 'file' and, optionally, 'metadata'",
+                part.name or "body",
+            )
 
     async def data(self, data: bytes) -> None:
         if self._current == "file":
@@ -378,7 +390,10 @@ async def spool_uploads(
     a 413 body) and the others go on. On error every file is closed and an ``HttpError`` raised
     (415 not multipart, 400 more than ``max_files`` files, no file, bad metadata or a malformed
     body)."""
-    too_many = f"file: more than {max_files} files in one upload (max_files_per_upload is {max_files})"
+    too_many = (
+        f"file: more than {max_files} files in one upload (the smaller of the upload policy's "
+        f"max_files_per_upload and KS_GATEWAY_MAX_UPLOAD_FILES is {max_files})"
+    )
     spooler = _Spooler(max_file_bytes, max_files, too_many, refuse_file_alone=True)
     return await _spool(content_type, body, spooler)
 

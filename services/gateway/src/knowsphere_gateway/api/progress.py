@@ -19,7 +19,12 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_clients import IngestionClient
 from knowsphere_clients.errors import DeadlineExceeded, ServiceError
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.errors import error_body
+from knowsphere_gateway.api.errors import (
+    GUARDED_RESPONSES,
+    SERVICE_RESPONSES,
+    as_json_errors,
+    error_body,
+)
 from knowsphere_gateway.api.protojson import json_model, to_json
 
 ProgressJson = json_model(pb.DocumentProgress.DESCRIPTOR)
@@ -28,11 +33,33 @@ REWATCH_FIRST_DELAY_SECONDS = 0.2
 REWATCH_MAX_DELAY_SECONDS = 5.0
 
 PROGRESS_RESPONSE: dict[int | str, dict[str, Any]] = {
+    **as_json_errors({**GUARDED_RESPONSES, **SERVICE_RESPONSES}),
     200: {
-        "model": ProgressJson,
         "description": "`event: progress` events whose data is a DocumentProgress (JSON); "
         "an `event: error` with an error body if the watch fails",
-    }
+        "content": {
+            "text/event-stream": {
+                "itemSchema": {
+                    "type": "object",
+                    "properties": {
+                        "event": {"type": "string", "enum": ["progress", "error"]},
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "contentSchema": {
+                                "anyOf": [
+                                    {"$ref": "#/components/schemas/DocumentProgress"},
+                                    {"$ref": "#/components/schemas/ErrorResponse"},
+                                ]
+                            },
+                        },
+                        "id": {"type": "string"},
+                        "retry": {"type": "integer", "minimum": 0},
+                    },
+                }
+            }
+        },
+    },
 }
 
 
@@ -69,7 +96,7 @@ def build_progress_router(
     caller: Callable[..., Caller],
     knowledge_base_exists: Callable[..., Awaitable[str]],
 ) -> APIRouter:
-    router = APIRouter(prefix="/api/v1", tags=["knowledge"])
+    router = APIRouter(prefix="/api/v1", tags=["knowledge"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
     async def existing_document(document_id: str, who: Who) -> str:

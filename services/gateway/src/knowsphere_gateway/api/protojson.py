@@ -34,7 +34,17 @@ from google.protobuf import descriptor_pool, json_format
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import ListValue, Value
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+    create_model,
+)
+from pydantic_core import PydanticCustomError
 
 # The well-known type names, the integer kinds and the map test are the record↔message conversion's.
 from knowsphere_contracts.convert import DURATION, INTEGER_TYPES, STRUCT, TIMESTAMP, duration, is_map
@@ -61,6 +71,31 @@ class RequestBody(BaseModel):
     instead of dropped, so a misspelt key is never taken for an absent one."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON has numbers, not integers: 64.0 is the integer 64, but true and "64" are no integers (which
+    # pydantic's lax mode would take).
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+JSON_INTEGER = BeforeValidator(_json_integer)
+"""Makes an ``int`` of a request body a JSON number without a fraction, never a boolean or a string:
+``Annotated[int, Field(ge=…, le=…), JSON_INTEGER]`` (after the bounds, so that the schema shows them)."""
+JsonFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+"""A number of a request body: never a boolean, a string, infinite or NaN."""
+JsonBool = StrictBool
+"""A boolean of a request body: ``true`` or ``false``, never 0, 1 or a string."""
+
+INTEGER_RANGES = {
+    FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.CPPTYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
+"""What each proto integer kind holds: a body value outside it is a 422, not a failed conversion."""
 
 
 class ProtoJson(BaseModel):
@@ -283,9 +318,22 @@ def _body_type(field: ProtoField) -> Any:
         well_known = _well_known_type(message_type)
         if well_known is not None:
             return well_known
-        return Annotated[_body_model(message_type.full_name, frozenset()), AfterValidator(_sets_something)]
+        nested = _body_model(message_type.full_name, frozenset())
+        keys = [info.alias or name for name, info in nested.model_fields.items()]
+        # The schema says what _sets_something checks: at least one key with a value.
+        sets_one: dict[str, Any] = {
+            "anyOf": [{"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in keys]
+        }
+        return Annotated[nested, AfterValidator(_sets_something), Field(json_schema_extra=sets_one)]
     if field.enum_type is not None:
         return Literal[tuple(member.value for member in enum_class(field.enum_type.full_name))]  # type: ignore[misc]
+    if field.cpp_type in INTEGER_TYPES:
+        low, high = INTEGER_RANGES[field.cpp_type]
+        return Annotated[int, Field(ge=low, le=high), JSON_INTEGER]
+    if field.cpp_type in _FLOATS:
+        return JsonFloat
+    if field.cpp_type == FieldDescriptor.CPPTYPE_BOOL:
+        return JsonBool
     return _scalar_type(field)
 
 

@@ -15,7 +15,17 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as pb
 from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere_clients import RetrievalClient
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES
+from knowsphere_gateway.api.knowledge import INT32_MAX
+from knowsphere_gateway.api.protojson import (
+    JSON_INTEGER,
+    JsonBool,
+    JsonFloat,
+    RequestBody,
+    from_json,
+    json_model,
+    to_json,
+)
 
 SearchJson = json_model(pb.SearchResponse.DESCRIPTOR)
 
@@ -30,15 +40,17 @@ class SearchBody(RequestBody):
     (query length, ``top_k``, weights, ``mmr_lambda``)."""
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    top_k: int = Field(default=0, ge=0, le=MAX_TOP_K, description="0 = server default")
+    top_k: Annotated[int, Field(ge=0, le=MAX_TOP_K), JSON_INTEGER] = Field(
+        default=0, description="0 = server default"
+    )
     mode: SearchMode = SearchMode.HYBRID
     document_ids: list[str] = Field(default_factory=list)
-    rrf_k: int | None = Field(default=None, ge=1)
-    vector_weight: float | None = Field(default=None, ge=0)
-    bm25_weight: float | None = Field(default=None, ge=0)
-    rerank: bool | None = None
-    mmr_lambda: float | None = Field(default=None, ge=0, le=1)
-    expansion: bool | None = None
+    rrf_k: Annotated[int, Field(ge=1, le=INT32_MAX), JSON_INTEGER] | None = None
+    vector_weight: Annotated[JsonFloat, Field(ge=0)] | None = None
+    bm25_weight: Annotated[JsonFloat, Field(ge=0)] | None = None
+    rerank: JsonBool | None = None
+    mmr_lambda: Annotated[JsonFloat, Field(ge=0, le=1)] | None = None
+    expansion: JsonBool | None = None
 
     def options(self) -> pb.SearchOptions:
         return from_json(
@@ -56,7 +68,7 @@ class SearchBody(RequestBody):
 
 
 def build_search_router(retrieval: RetrievalClient, caller: Callable[..., Caller]) -> APIRouter:
-    router = APIRouter(prefix="/api/v1", tags=["retrieval"])
+    router = APIRouter(prefix="/api/v1", tags=["retrieval"], responses=SERVICE_RESPONSES)
 
     @router.post("/knowledge-bases/{kb_id}/search", response_model=SearchJson)
     async def search(kb_id: str, body: SearchBody, who: Annotated[Caller, Depends(caller)]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pydantic import Field
 from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere_clients import ConversationClient
 from knowsphere_gateway.api.caller import Caller
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES
 from knowsphere_gateway.api.knowledge import PageSize
 from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
 
@@ -31,7 +32,7 @@ class SessionUpdate(RequestBody):
 
 
 def build_sessions_router(conversation: ConversationClient, caller: Callable[..., Caller]) -> APIRouter:
-    router = APIRouter(prefix="/api/v1", tags=["sessions"])
+    router = APIRouter(prefix="/api/v1", tags=["sessions"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
     @router.post("/sessions", status_code=201, response_model=SessionJson)

@@ -6,29 +6,34 @@ The bodies are hand-written: tokens are the gateway's own records and cross no s
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, Field
 
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.errors import HttpError
-from knowsphere_gateway.api.protojson import RequestBody
+from knowsphere_gateway.api.errors import HttpError, error_response
+from knowsphere_gateway.api.protojson import JSON_INTEGER, RequestBody
 from knowsphere_gateway.domain.tokens import Role, TokenRecord, TokenService
-from knowsphere_runtime.identity import Identity, IdentityError
+from knowsphere_runtime.identity import _ID_PATTERN, MAX_ID_LENGTH, Identity, IdentityError
 
 MAX_TOKEN_NAME_CHARS = 200
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("no such token of the caller's tenant")}
 
 
 class TokenCreate(RequestBody):
     name: str = Field(min_length=1, max_length=MAX_TOKEN_NAME_CHARS, description="what the token is for")
     role: Role = Field(description="admin, member or read-only")
-    expires_in_days: int | None = Field(
-        default=None, ge=1, description="unset: KS_GATEWAY_TOKEN_DEFAULT_TTL_DAYS; at most the maximum"
+    expires_in_days: Annotated[int, Field(ge=1), JSON_INTEGER] | None = Field(
+        default=None,
+        description="unset: KS_GATEWAY_TOKEN_DEFAULT_TTL_DAYS; at most KS_GATEWAY_TOKEN_MAX_TTL_DAYS",
     )
     application_id: str = Field(default="", max_length=128, description="the application the token is for")
     user_id: str | None = Field(
-        default=None, max_length=128, description="the user the token acts as; unset: the creator"
+        default=None,
+        max_length=MAX_ID_LENGTH,
+        pattern=_ID_PATTERN.pattern,
+        description="the user the token acts as; unset: the creator",
     )
 
 
@@ -73,8 +78,23 @@ def build_tokens_router(
     def not_found(token_id: str) -> HttpError:
         return HttpError(404, "not_found", f"token {token_id} not found")
 
-    @router.post("/tokens", status_code=201, response_model=CreatedToken)
-    async def create_token(body: TokenCreate, who: Who) -> CreatedToken:
+    class Create(TokenCreate):
+        # The document states this gateway's maximum; a longer expiry is refused below naming it.
+        expires_in_days: Annotated[int, Field(ge=1), JSON_INTEGER] | None = Field(
+            default=None,
+            description="unset: KS_GATEWAY_TOKEN_DEFAULT_TTL_DAYS; at most KS_GATEWAY_TOKEN_MAX_TTL_DAYS",
+            json_schema_extra={"maximum": max_ttl_days},
+        )
+
+    Create.__name__ = Create.__qualname__ = TokenCreate.__name__
+
+    @router.post(
+        "/tokens",
+        status_code=201,
+        response_model=CreatedToken,
+        responses={400: error_response("expires_in_days over the maximum, or a bad user_id")},
+    )
+    async def create_token(body: Create, who: Who) -> CreatedToken:
         """A new token of the caller's tenant. Its text is in this answer only; keep it safe."""
         days = body.expires_in_days or default_ttl_days
         if days > max_ttl_days:
@@ -102,14 +122,14 @@ def build_tokens_router(
     async def list_tokens(who: Who) -> TokenList:
         return TokenList(tokens=[Token.of(r) for r in await tokens.store.list(who.identity.tenant_id)])
 
-    @router.get("/tokens/{token_id}", response_model=Token)
+    @router.get("/tokens/{token_id}", response_model=Token, responses=NOT_FOUND)
     async def get_token(token_id: str, who: Who) -> Token:
         record = await tokens.store.get(who.identity.tenant_id, token_id)
         if record is None:
             raise not_found(token_id)
         return Token.of(record)
 
-    @router.delete("/tokens/{token_id}", status_code=204)
+    @router.delete("/tokens/{token_id}", status_code=204, responses=NOT_FOUND)
     async def revoke_token(token_id: str, who: Who) -> Response:
         """Revokes the token at once; it stays listed with its revoke time."""
         if await tokens.revoke(who.identity.tenant_id, token_id) is None:

@@ -11,7 +11,9 @@ The batch upload takes several ``file`` parts (up to the policy's ``max_files_pe
 ``metadata`` part applies to each), spools each the same way, and streams all of them into one
 ``UploadDocuments`` call, so that ingestion takes them in together. It answers one result per file, in
 order: a refused file (over the size limit here, or refused by ingestion) gets its error and the others
-go on.
+go on. The files of one request are also capped by the gateway's own ``max_files`` (the smaller of the
+two counts applies), and the whole body by ``KS_GATEWAY_MAX_UPLOAD_BYTES`` (``limits.BodyLimits``),
+so a batch can never spool more than that to the gateway's temporary disk.
 """
 
 import time
@@ -25,7 +27,13 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere_clients import IngestionClient
 from knowsphere_clients.errors import from_code
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.errors import BAD_GATEWAY, HttpError, error_body
+from knowsphere_gateway.api.errors import (
+    BAD_GATEWAY,
+    SERVICE_RESPONSES,
+    HttpError,
+    error_body,
+    error_response,
+)
 from knowsphere_gateway.api.multipart import (
     SpooledFile,
     SpooledUpload,
@@ -42,6 +50,20 @@ M = TypeVar("M")
 UPLOAD_POLICY_TTL_SECONDS = 60.0
 # Smallest piece a file is streamed in, whatever the policy recommends.
 MIN_PIECE_BYTES = 4096
+# Files one request may carry when the gateway is given no count of its own.
+DEFAULT_MAX_UPLOAD_FILES = 100
+
+UPLOAD_PATHS = (
+    "/api/v1/knowledge-bases/{kb_id}/documents",
+    "/api/v1/knowledge-bases/{kb_id}/documents/batch",
+)
+"""The routes whose bodies are uploads (``limits.BodyLimits`` gives them the upload size limit)."""
+
+UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: error_response("no file part, an empty or unsupported file, bad metadata or a malformed body"),
+    413: error_response("over the size limit of a file or of one upload request"),
+    415: error_response("the body is not multipart/form-data"),
+}
 
 
 class UploadErrorBody(BaseModel):
@@ -103,7 +125,9 @@ METADATA_HELP = 'a JSON object of strings kept with the document, e.g. {"source"
 
 
 def _multipart_body(file: dict[str, Any], metadata_help: str) -> dict[str, Any]:
-    """The OpenAPI request body of an upload: ``file`` part(s) and an optional ``metadata`` part."""
+    """The OpenAPI request body of an upload: ``file`` part(s) and an optional ``metadata`` part (a JSON
+    object of strings)."""
+    metadata = {"type": "object", "additionalProperties": {"type": "string"}, "description": metadata_help}
     return {
         "requestBody": {
             "required": True,
@@ -111,12 +135,11 @@ def _multipart_body(file: dict[str, Any], metadata_help: str) -> dict[str, Any]:
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
+                        "additionalProperties": False,
                         "required": ["file"],
-                        "properties": {
-                            "file": file,
-                            "metadata": {"type": "string", "description": metadata_help},
-                        },
-                    }
+                        "properties": {"file": file, "metadata": metadata},
+                    },
+                    "encoding": {"metadata": {"contentType": "application/json"}},
                 }
             },
         }
@@ -126,25 +149,33 @@ def _multipart_body(file: dict[str, Any], metadata_help: str) -> dict[str, Any]:
 UPLOAD_BODY = _multipart_body(
     {"type": "string", "format": "binary", "description": "the file, with its name"}, METADATA_HELP
 )
-BATCH_UPLOAD_BODY = _multipart_body(
-    {
-        "type": "array",
-        "items": {"type": "string", "format": "binary"},
-        "description": "the files, each with its name: one part named 'file' per file, "
-        "at most the upload policy's max_files_per_upload",
-    },
-    f"{METADATA_HELP}; applies to every file",
-)
+
+
+def batch_upload_body(max_files: int) -> dict[str, Any]:
+    return _multipart_body(
+        {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "minItems": 1,
+            "maxItems": max_files,
+            "description": "the files, each with its name: one part named 'file' per file, at most "
+            f"{max_files} (KS_GATEWAY_MAX_UPLOAD_FILES) and at most the upload policy's "
+            "max_files_per_upload",
+        },
+        f"{METADATA_HELP}; applies to every file",
+    )
 
 
 def build_uploads_router(
     ingestion: IngestionClient,
     caller: Callable[..., Caller],
     knowledge_base_exists: Callable[..., Awaitable[str]],
+    max_files: int = DEFAULT_MAX_UPLOAD_FILES,
 ) -> APIRouter:
     """``caller`` gives each route its :class:`Caller`; ``knowledge_base_exists`` checks the path's
-    knowledge base before a batch body is read."""
-    router = APIRouter(prefix="/api/v1", tags=["knowledge"])
+    knowledge base before a batch body is read; ``max_files`` caps the files of one batch besides the
+    upload policy's count."""
+    router = APIRouter(prefix="/api/v1", tags=["knowledge"], responses=SERVICE_RESPONSES)
     # By tenant: its default models decide which components a file type misses (speech recognition).
     policy_cache: dict[str, tuple[float, pb.GetUploadPolicyResponse]] = {}
     Who = Annotated[Caller, Depends(caller)]
@@ -174,7 +205,7 @@ def build_uploads_router(
         openapi_extra=UPLOAD_BODY,
         responses={
             200: {"model": UploadJson, "description": "the same content was already there (duplicate)"},
-            413: {"description": "the file is over the size limit"},
+            **UPLOAD_RESPONSES,
         },
     )
     async def upload_document(kb_id: str, request: Request, response: Response, who: Who) -> dict[str, Any]:
@@ -198,10 +229,14 @@ def build_uploads_router(
     @router.post(
         "/knowledge-bases/{kb_id}/documents/batch",
         response_model=BatchUploadJson,
-        openapi_extra=BATCH_UPLOAD_BODY,
+        openapi_extra=batch_upload_body(max_files),
         responses={
-            400: {"description": "more files than max_files_per_upload, no file, bad metadata or a bad body"},
-            404: {"description": "no such knowledge base"},
+            **UPLOAD_RESPONSES,
+            400: error_response(
+                "more files than max_files_per_upload (or the gateway's KS_GATEWAY_MAX_UPLOAD_FILES), "
+                "no file, bad metadata or a malformed body"
+            ),
+            404: error_response("no such knowledge base"),
         },
     )
     async def upload_documents(
@@ -216,7 +251,7 @@ def build_uploads_router(
             request.headers.get("content-type"),
             request.stream(),
             policy.max_file_size_bytes,
-            policy.max_files_per_upload,
+            min(policy.max_files_per_upload or max_files, max_files),
         )
         piece = max(policy.recommended_chunk_size_bytes, MIN_PIECE_BYTES)
         try:
@@ -251,4 +286,12 @@ def build_uploads_router(
     return router
 
 
-__all__ = ["BatchUploadJson", "UploadErrorBody", "UploadJson", "UploadPolicyJson", "build_uploads_router"]
+__all__ = [
+    "DEFAULT_MAX_UPLOAD_FILES",
+    "UPLOAD_PATHS",
+    "BatchUploadJson",
+    "UploadErrorBody",
+    "UploadJson",
+    "UploadPolicyJson",
+    "build_uploads_router",
+]

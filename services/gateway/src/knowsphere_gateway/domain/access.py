@@ -13,6 +13,7 @@ from knowsphere_gateway.domain.tokens import Role
 ADMIN, MEMBER, READ_ONLY = Role.ADMIN, Role.MEMBER, Role.READ_ONLY
 
 ROUTE_ROLES: dict[tuple[str, str], Role] = {
+    ("GET", "/api/v1/artifacts/{artifact_id}"): READ_ONLY,
     # knowledge bases and documents
     ("POST", "/api/v1/knowledge-bases"): ADMIN,
     ("GET", "/api/v1/knowledge-bases"): READ_ONLY,
@@ -54,6 +55,10 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("PATCH", "/api/v1/memory/items/{item_id}"): MEMBER,
     ("DELETE", "/api/v1/memory/items/{item_id}"): MEMBER,
     ("GET", "/api/v1/memory/frequent-documents"): READ_ONLY,
+    # the OpenAI-compatible API
+    ("POST", "/v1/chat/completions"): MEMBER,
+    ("GET", "/v1/models"): READ_ONLY,
+    ("POST", "/v1/embeddings"): READ_ONLY,
     # tokens
     ("POST", "/api/v1/tokens"): ADMIN,
     ("GET", "/api/v1/tokens"): ADMIN,
