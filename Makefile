@@ -8,14 +8,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PACKAGES := libs/telemetry libs/contracts libs/runtime libs/sqlstore libs/clients libs/egress \
 	services/gateway services/conversation services/retrieval services/ingestion \
-	services/memory services/toolrunner services/modelhub deploy/local
+	services/memory services/toolrunner services/modelhub deploy/local cli
 PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-prefix eval-intent local-llm clean help
+	bench-conversation bench-prefix bench-gateway eval-intent local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-tools  toolrunner: ListTools p95, 1 MB get_stored_data, sandbox (last line: JSON)"
 	@echo "make bench-conversation  concurrent turns: time to first event/token, turns/s, memory (last line: JSON)"
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
+	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 
 setup: $(STAMP)
@@ -94,6 +95,10 @@ bench-conversation: $(STAMP)
 
 bench-prefix: $(STAMP)
 	$(PY) services/conversation/bench/bench_prefix.py $(BENCH_ARGS)
+
+LEVELS ?= 1,20,50,100
+bench-gateway: $(STAMP)
+	$(PY) services/gateway/bench/bench_gateway.py --levels $(LEVELS) $(BENCH_ARGS)
 
 # Query understanding over the labelled intent set, against a running modelhub (make up).
 eval-intent: $(STAMP)

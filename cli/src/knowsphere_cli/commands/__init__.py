@@ -1,0 +1,1 @@
+"""The command groups of ``ks``, one module each."""
