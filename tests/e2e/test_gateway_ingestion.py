@@ -182,8 +182,9 @@ def test_bad_uploads_are_refused_with_the_field_named(stack: Any) -> None:
         assert empty.status_code == 400, empty.text
         assert empty.json()["error"]["field"] == "file"
 
-        no_file = client.post(f"/knowledge-bases/{kb['id']}/documents", files={"other": ("a.md", b"# A\n")})
-        assert no_file.status_code == 400 and no_file.json()["error"]["field"] == "file"
+        # A part the upload does not take is named, not ignored.
+        other = client.post(f"/knowledge-bases/{kb['id']}/documents", files={"other": ("a.md", b"# A\n")})
+        assert other.status_code == 400 and other.json()["error"]["field"] == "other", other.text
 
         not_multipart = client.post(f"/knowledge-bases/{kb['id']}/documents", json={"file": "x"})
         assert not_multipart.status_code == 415 and not_multipart.json()["error"]["field"] == "file"

@@ -17,7 +17,7 @@ from typing import Any
 from faststream.nats import NatsBroker, TestNatsBroker
 
 from knowsphere_contracts.events import MAX_SESSION_ID_CHARS, ChatRequested, ChatTurnEvent, TurnEventKind
-from knowsphere_gateway.api.bus import CHAT_EVENTS, GatewayBus, build_bus
+from knowsphere_gateway.api.bus import GatewayBus, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.streams import CHAT_REQUESTS
@@ -44,10 +44,9 @@ async def bus_with_conversation(
     """The gateway's bus on a test broker, with a conversation stand-in running ``script`` (None: nobody
     answers); yields the bus, its fan-out and the tenants the stand-in saw."""
     broker: NatsBroker = build_broker("nats://unused:4222", client_name="test")
-    bus = build_bus()
-    broker.include_router(bus.router)
     events: Fanout[ChatTurnEvent] = Fanout()
-    broker.context.set_global(CHAT_EVENTS, events)
+    bus = build_bus(events)
+    broker.include_router(bus.router)
     tenants: list[str] = []
     if script is not None:
 

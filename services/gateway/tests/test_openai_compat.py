@@ -42,7 +42,7 @@ from knowsphere_contracts.events import (
     Citation,
     TurnEventKind,
 )
-from knowsphere_gateway.api.bus import CHAT_EVENTS, build_bus
+from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.domain.annotations import AnnotatedStream
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.bus import Fanout, build_broker
@@ -189,10 +189,9 @@ class Api:
 @asynccontextmanager
 async def api_of(gateway: Any, tokens: TokenService, script: Script = cited_answer) -> AsyncIterator[Api]:
     broker: NatsBroker = build_broker("nats://unused:4222", client_name="test")
-    bus = build_bus()
-    broker.include_router(bus.router)
     events: Fanout[ChatTurnEvent] = Fanout()
-    broker.context.set_global(CHAT_EVENTS, events)
+    bus = build_bus(events)
+    broker.include_router(bus.router)
     heard = Heard()
 
     @broker.subscriber(ChatRequested.subject, stream=CHAT_REQUESTS)

@@ -31,7 +31,7 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
-from knowsphere_gateway.api.bus import CHAT_EVENTS, GatewayBus, build_bus
+from knowsphere_gateway.api.bus import GatewayBus, build_bus
 from knowsphere_gateway.api.limits import Limits
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.bus import Fanout, build_broker
@@ -139,10 +139,9 @@ def _behaviour(
 async def answered_turns() -> AsyncIterator[tuple[GatewayBus, Fanout[ChatTurnEvent]]]:
     """The gateway's bus on an in-memory broker where every turn completes at once."""
     broker: NatsBroker = build_broker("nats://unused:4222", client_name="test")
-    bus = build_bus()
-    broker.include_router(bus.router)
     events: Fanout[ChatTurnEvent] = Fanout()
-    broker.context.set_global(CHAT_EVENTS, events)
+    bus = build_bus(events)
+    broker.include_router(bus.router)
 
     @broker.subscriber(ChatRequested.subject, stream=CHAT_REQUESTS)
     async def conversation(request: ChatRequested) -> None:

@@ -17,7 +17,7 @@ from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore, TokenStoreComponent
-from knowsphere_gateway.api.bus import CHAT_EVENTS, build_bus
+from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
 from knowsphere_gateway.domain.tokens import LastUsedFlusher, TokenHasher, TokenService
 from knowsphere_gateway.settings import Settings
@@ -49,13 +49,12 @@ def main() -> None:
         broker = build_broker(
             settings.nats_url, client_name=SERVICE_NAME, graceful_timeout=settings.shutdown_grace_seconds
         )
-        bus = build_bus()
-        broker.include_router(bus.router)
         chat_events: Fanout[ChatTurnEvent] = Fanout()
+        bus = build_bus(chat_events)
+        broker.include_router(bus.router)
         token_store = SqlTokenStore(settings.sqlalchemy_url())
         tokens = TokenService(token_store, TokenHasher(settings.hash_key()))
         proxy_secret = settings.proxy_secret.get_secret_value() if settings.proxy_secret else None
-        broker.context.set_global(CHAT_EVENTS, chat_events)
         app = create_app(
             GatewayContext(
                 bus=bus,

@@ -1,18 +1,17 @@
 """The gateway on the NATS bus: it publishes chat requests and reads every turn's events.
 
 One typed subscriber takes the events of all turns (``ks.chat.events.v1.>``) and hands them to the
-chat requests open in this process through a :class:`~knowsphere_runtime.bus.Fanout` found in
-FastStream's context under :data:`CHAT_EVENTS`; each request watches its own turn id there instead of
-opening a subscription of its own. Every gateway instance reads every event (no queue group): the one
-that holds the turn's request streams it. ``make asyncapi`` documents these from :func:`build_bus`.
+chat requests open in this process through the bus's :class:`~knowsphere_runtime.bus.Fanout` (held by
+the subscriber itself: it runs for every token of every answer, so it resolves no dependency); each
+request watches its own turn id there instead of opening a subscription of its own. Every gateway
+instance reads every event (no queue group): the one that holds the turn's request streams it.
+``make asyncapi`` documents these from :func:`build_bus`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import dataclass, field
 
-from faststream import Context
 from faststream.nats import NatsRouter
 from faststream.nats.publisher.usecase import LogicPublisher
 
@@ -20,12 +19,7 @@ from knowsphere_contracts.events import ChatRequested, ChatTurnEvent
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.streams import CHAT_REQUESTS, MSG_ID_HEADER
 
-CHAT_EVENTS = "chat_events"
-"""Context name of the gateway's ``Fanout[ChatTurnEvent]``."""
-
 TURN_EVENTS = ChatTurnEvent.subject + ".>"
-
-ChatEvents = Annotated[Fanout[ChatTurnEvent], Context(CHAT_EVENTS)]
 
 
 @dataclass(frozen=True)
@@ -33,6 +27,8 @@ class GatewayBus:
     router: NatsRouter
     chat_requests: LogicPublisher
     """Puts a ``ChatRequested`` into the chat work queue, where one conversation replica takes it."""
+    chat_events: Fanout[ChatTurnEvent] = field(default_factory=Fanout)
+    """Every turn event this gateway reads, for the chat requests open in this process."""
 
     async def request_turn(self, request: ChatRequested) -> None:
         # Stored once even when a retried publish sends it twice: the turn id is the message id.
@@ -41,7 +37,9 @@ class GatewayBus:
         )
 
 
-def build_bus() -> GatewayBus:
+def build_bus(chat_events: Fanout[ChatTurnEvent] | None = None) -> GatewayBus:
+    """The gateway's publisher and subscriber; turn events go to ``chat_events`` (a new one if None)."""
+    events: Fanout[ChatTurnEvent] = Fanout() if chat_events is None else chat_events
     router = NatsRouter()
     chat_requests = router.publisher(
         ChatRequested.subject,
@@ -60,10 +58,10 @@ def build_bus() -> GatewayBus:
         title="gateway:turn-events",
         description="Feeds the chat requests of this gateway, each streaming its own turn as SSE.",
     )
-    async def on_turn_event(event: ChatTurnEvent, events: ChatEvents) -> None:
+    async def on_turn_event(event: ChatTurnEvent) -> None:
         events.publish(event)
 
-    return GatewayBus(router, chat_requests)
+    return GatewayBus(router, chat_requests, events)
 
 
-__all__ = ["CHAT_EVENTS", "TURN_EVENTS", "GatewayBus", "build_bus"]
+__all__ = ["TURN_EVENTS", "GatewayBus", "build_bus"]

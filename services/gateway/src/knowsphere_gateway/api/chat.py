@@ -164,7 +164,7 @@ def build_chat_router(
                     continue  # already sent from the stream
                 seen = event.sequence
                 yield _sse(event)
-                if event.is_final or await request.is_disconnected():
+                if event.is_final:
                     return
 
     @router.post(
@@ -211,7 +211,7 @@ def build_chat_router(
                     )
                 expected = event.sequence + 1
                 yield _sse(event)
-                if event.is_final or await request.is_disconnected():
+                if event.is_final:
                     return
 
     return router
