@@ -101,7 +101,9 @@ def test_the_toolrunner_manages_pods_in_the_sandbox_namespace_only() -> None:
     role = objects()[("Role", "toolrunner-skill-runs")]
     assert role["metadata"]["namespace"] == NAMESPACE
     resources = {resource for rule in role["rules"] for resource in rule["resources"]}
-    assert resources == {"pods", "pods/attach", "pods/log", "podtemplates"}  # no secrets, no exec
+    assert resources == {"pods", "pods/log", "configmaps", "podtemplates"}  # no secrets, no exec
+    # The run's ConfigMap is created and deleted; no other ConfigMap can be read.
+    assert [r["verbs"] for r in role["rules"] if "configmaps" in r["resources"]] == [["create", "delete"]]
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
     assert ("ClusterRole", "toolrunner-skill-runs") not in objects()
     binding = objects()[("RoleBinding", "toolrunner-skill-runs")]

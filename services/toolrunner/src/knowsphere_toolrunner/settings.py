@@ -18,6 +18,7 @@ from pydantic_settings import SettingsConfigDict
 from knowsphere_egress import EgressPolicy
 from knowsphere_runtime.settings import ServiceSettings
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
+from knowsphere_toolrunner.sandbox.pod_settings import PodSandboxSettings
 from knowsphere_toolrunner.skills.store import SkillLimits
 
 
@@ -136,6 +137,10 @@ class Settings(ServiceSettings):
 
     # Skills and the sandbox (nested: KS_TOOLRUNNER_SANDBOX__WALL_TIME_SECONDS, KS_TOOLRUNNER_SKILLS__…).
     sandbox: SandboxLimits = SandboxLimits()
+    sandbox_backend: Literal["bwrap", "pod"] = Field(
+        default="bwrap", description="bwrap: in this process's machine; pod: one pod per run on Kubernetes"
+    )
+    pod_sandbox: PodSandboxSettings = PodSandboxSettings()
     skills: SkillLimits = SkillLimits()
     skill_script_timeout_seconds: float = Field(
         default=45.0,

@@ -35,6 +35,7 @@ from knowsphere_toolrunner.domain.tools.stored import GetStoredData
 from knowsphere_toolrunner.domain.tools.web import WebFetch, WebFetchLimits, WebSearch, WebSearchLimits
 from knowsphere_toolrunner.domain.web_search import NoSearchProvider, SearchProvider
 from knowsphere_toolrunner.sandbox import SandboxError, ScriptSandbox
+from knowsphere_toolrunner.sandbox.pod import PodSandbox
 from knowsphere_toolrunner.settings import Settings
 from knowsphere_toolrunner.skills.store import SkillStore
 
@@ -43,13 +44,18 @@ log = structlog.get_logger(__name__)
 
 def build_sandbox(settings: Settings) -> ScriptRunner:
     """The skill-script sandbox; where this machine cannot run it (no bwrap, no user namespaces, no
-    seccomp), a stand-in that refuses each run with the reason, so everything else still serves."""
+    seccomp; for ``pod``, no API token), a stand-in that refuses each run with the reason, so everything
+    else still serves. ``sandbox_backend`` chooses bwrap here or one pod per run on Kubernetes."""
     try:
-        sandbox = ScriptSandbox(settings.sandbox)
+        sandbox: ScriptSandbox | PodSandbox
+        if settings.sandbox_backend == "pod":
+            sandbox = PodSandbox(settings.sandbox, settings.pod_sandbox)
+        else:
+            sandbox = ScriptSandbox(settings.sandbox)
     except SandboxError as error:
         log.warning("sandbox_unavailable", reason=str(error))
         return UnavailableSandbox(str(error))
-    log.info("sandbox_ready", protections=list(sandbox.protections))
+    log.info("sandbox_ready", backend=settings.sandbox_backend, protections=list(sandbox.protections))
     return sandbox
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 import signal
 import stat
@@ -31,8 +30,18 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from knowsphere_toolrunner.sandbox.checks import (
+    INPUT_DIR,
+    OUTPUT_DIR,
+    SKILL_ROOT,
+    WORKSPACE,
+    check_files,
+    safe_relative_path,
+    script_command,
+    script_environment,
+)
 from knowsphere_toolrunner.sandbox.host import landlock_abi, locate_bwrap, locate_setpriv
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
 from knowsphere_toolrunner.sandbox.model import (
@@ -45,44 +54,12 @@ from knowsphere_toolrunner.sandbox.model import (
 from knowsphere_toolrunner.sandbox.seccomp import SeccompUnsupported, seccomp_program
 
 SANDBOX_UID = 65534
-SKILL_ROOT = "/skill"
-WORKSPACE = "/workspace"
-INPUT_DIR = "/workspace/input"
-OUTPUT_DIR = "/workspace/output"
 LAUNCHER = "/sandbox/launcher.py"
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _HOST_ETC = ("/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/localtime")
-_BASE_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": WORKSPACE,
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_MAX_PATH_CHARS = 1024
 _CHANNEL_HEADER_BYTES = 4096
 _READ_CHUNK = 65536
 _DRAIN_AFTER_EXIT_SECONDS = 5.0
-
-
-def safe_relative_path(value: str, field: str) -> PurePosixPath:
-    """``value`` as a relative path with no ``..``, no absolute start and no odd characters."""
-    parts = value.split("/")
-    if (
-        not value
-        or len(value) > _MAX_PATH_CHARS
-        or value.startswith("/")
-        or "\\" in value
-        or any(ord(ch) < 32 for ch in value)
-        or any(part in ("", ".", "..") for part in parts)
-    ):
-        raise SandboxError(
-            SandboxErrorCode.INVALID_REQUEST,
-            f"{field}: {value[:100]!r} must be a relative path without '..', '.', '//' or control characters",
-            field=field,
-        )
-    return PurePosixPath(value)
 
 
 @dataclass
@@ -281,68 +258,14 @@ class ScriptSandbox:
                 )
 
     def _command(self, request: SandboxRequest) -> list[str]:
-        script = safe_relative_path(request.script, "script")
-        if request.script not in request.skill_files:
-            raise SandboxError(
-                SandboxErrorCode.INVALID_REQUEST,
-                f"script: {request.script!r} is not a file of the skill",
-                field="script",
-            )
-        if len(request.args) > self.limits.max_args:
-            raise SandboxError(
-                SandboxErrorCode.INVALID_REQUEST,
-                f"args: {len(request.args)} arguments, the limit is {self.limits.max_args}",
-                field="args",
-            )
-        for arg in request.args:
-            if len(arg) > self.limits.max_arg_chars or "\x00" in arg:
-                raise SandboxError(
-                    SandboxErrorCode.INVALID_REQUEST,
-                    f"args: each argument is at most {self.limits.max_arg_chars} characters, without NUL",
-                    field="args",
-                )
-        path = f"{SKILL_ROOT}/{script}"
-        if script.suffix == ".py":
-            # -E -s: no PYTHON* variables, no user site; the script's folder stays importable.
-            return [self.limits.python_executable, "-E", "-s", "-B", path, *request.args]
-        if script.suffix == ".sh":
-            return [self.limits.shell_executable, path, *request.args]
-        raise SandboxError(
-            SandboxErrorCode.INVALID_REQUEST, "script: only *.py and *.sh scripts can be run", field="script"
-        )
+        return script_command(request, self.limits)
 
     def _environment(self, request: SandboxRequest) -> dict[str, str]:
-        if len(request.env) > self.limits.max_env_vars:
-            raise SandboxError(
-                SandboxErrorCode.INVALID_REQUEST,
-                f"env: {len(request.env)} variables, the limit is {self.limits.max_env_vars}",
-                field="env",
-            )
-        for name, value in request.env.items():
-            if not _ENV_NAME.fullmatch(name) or "\x00" in value or len(value) > self.limits.max_arg_chars:
-                raise SandboxError(
-                    SandboxErrorCode.INVALID_REQUEST, f"env: {name[:64]!r} is not allowed", field="env"
-                )
-        return {**_BASE_ENV, **request.env}
+        return script_environment(request, self.limits)
 
     @staticmethod
     def _check_files(files: Mapping[str, bytes], name: str, max_files: int | None, max_bytes: int) -> None:
-        if max_files is not None and len(files) > max_files:
-            raise SandboxError(
-                SandboxErrorCode.INVALID_REQUEST,
-                f"{name}: {len(files)} files, the limit is {max_files}",
-                field=name,
-            )
-        total = 0
-        for path, content in files.items():
-            safe_relative_path(path, name)
-            total += len(content)
-        if total > max_bytes:
-            raise SandboxError(
-                SandboxErrorCode.INVALID_REQUEST,
-                f"{name}: {total} bytes, the limit is {max_bytes}",
-                field=name,
-            )
+        check_files(files, name, max_files, max_bytes)
 
     def _prepare(
         self, run_dir: Path, inputs: Mapping[str, bytes], skill_files: Mapping[str, bytes], uid: int | None
