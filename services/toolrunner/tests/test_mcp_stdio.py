@@ -8,11 +8,14 @@ reach the network and to write outside its workspace, and report what happened.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shutil
 import socket
 import sys
 import sysconfig
+import tempfile
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
+from packaging.requirements import Requirement
 
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as pb
 from knowsphere_runtime.identity import bound_identity
@@ -30,7 +34,8 @@ from knowsphere_toolrunner.settings import McpServer
 from .conftest import ACME
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-SITE_PACKAGES = sysconfig.get_paths()["purelib"]  # the SDK and its dependencies, shown read-only
+SITE_PACKAGES = Path(sysconfig.get_paths()["purelib"]).resolve()
+MCP_DISTRIBUTION = "mcp"
 
 SERVER = textwrap.dedent(
     """
@@ -91,6 +96,44 @@ def sandbox_available() -> str | None:
 pytestmark = pytest.mark.skipif(sandbox_available() is not None, reason=str(sandbox_available()))
 
 
+def _requirements(name: str, found: set[str]) -> set[str]:
+    """``name`` and every distribution it needs (markers for extras and other platforms skipped)."""
+    key = name.lower().replace("_", "-")
+    if key in found:
+        return found
+    try:
+        requires = importlib.metadata.requires(key) or []
+    except importlib.metadata.PackageNotFoundError:
+        return found  # a requirement of another platform (pywin32 …)
+    found.add(key)
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            _requirements(requirement.name, found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def packages() -> Iterator[Path]:
+    """The SDK and what it needs, copied where anyone may read them, as an operator installs an MCP
+    server's packages (the environment's own may sit below a private folder, which the sandbox's run
+    users cannot enter)."""
+    folder = Path(tempfile.mkdtemp(prefix="ks-mcp-packages-"))
+    folder.chmod(0o755)
+    for name in sorted(_requirements(MCP_DISTRIBUTION, set())):
+        distribution = importlib.metadata.distribution(name)
+        for file in distribution.files or ():
+            source = Path(str(distribution.locate_file(file))).resolve()
+            if source.is_file() and source.is_relative_to(SITE_PACKAGES):
+                target = folder / source.relative_to(SITE_PACKAGES)
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                shutil.copy(source, target)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield folder
+    shutil.rmtree(folder)
+
+
 @pytest.fixture
 def server_files(tmp_path: Path) -> Path:
     folder = tmp_path / "files-server"
@@ -126,14 +169,14 @@ def listener() -> Iterator[tuple[int, list[str]]]:
     sock.close()
 
 
-def stdio_settings(files: Path, **more: Any) -> dict[str, Any]:
+def stdio_settings(files: Path, packages: Path, **more: Any) -> dict[str, Any]:
     server = McpServer(
         name="files",
         transport="stdio",
         command=(SYSTEM_PYTHON, "-s", "/skill/server.py"),
-        env={"PYTHONPATH": SITE_PACKAGES},
+        env={"PYTHONPATH": str(packages)},
         files_dir=files,
-        read_only_paths=(SITE_PACKAGES,),
+        read_only_paths=(str(packages),),
     )
     return {"mcp_servers": (server,), "mcp_discovery_timeout_seconds": 60.0, **more}
 
@@ -151,8 +194,10 @@ def call(name: str, arguments: dict[str, Any]) -> pb.ExecuteToolRequest:
     return pb.ExecuteToolRequest(name=name, arguments=struct, tool_call_id="call-1", context=context)
 
 
-async def test_a_stdio_servers_tools_are_offered_and_run_in_the_sandbox(lone_toolrunner, server_files):
-    async with lone_toolrunner(**stdio_settings(server_files)) as stub:
+async def test_a_stdio_servers_tools_are_offered_and_run_in_the_sandbox(
+    lone_toolrunner, server_files, packages
+):
+    async with lone_toolrunner(**stdio_settings(server_files, packages)) as stub:
         with bound_identity(ACME):
             everything = await stub.ListTools(pb.ListToolsRequest(switches=pb.TurnSwitches()))
             by_server = await stub.ListTools(
@@ -183,12 +228,12 @@ async def test_a_stdio_servers_tools_are_offered_and_run_in_the_sandbox(lone_too
 
 
 async def test_a_stdio_server_reaches_no_network_and_writes_only_its_workspace(
-    lone_toolrunner, server_files, listener, monkeypatch
+    lone_toolrunner, server_files, packages, listener, monkeypatch
 ):
     port, accepted = listener
     monkeypatch.setenv("KS_PROBE_SECRET", "the service's secret")
-    outside = Path(SITE_PACKAGES) / "ks-mcp-probe.txt"
-    async with lone_toolrunner(**stdio_settings(server_files)) as stub:
+    outside = packages / "ks-mcp-probe.txt"
+    async with lone_toolrunner(**stdio_settings(server_files, packages)) as stub:
         with bound_identity(ACME):
             host = await stub.ExecuteTool(call("files__connect", {"host": "127.0.0.1", "port": port}))
             public = await stub.ExecuteTool(call("files__connect", {"host": "1.1.1.1", "port": 443}))
@@ -208,9 +253,9 @@ async def test_a_stdio_server_reaches_no_network_and_writes_only_its_workspace(
     assert os.environ["KS_PROBE_SECRET"] == "the service's secret"
 
 
-async def test_a_stdio_server_that_cannot_start_is_left_out(lone_toolrunner, server_files):
+async def test_a_stdio_server_that_cannot_start_is_left_out(lone_toolrunner, server_files, packages):
     (server_files / "server.py").write_text("import sys\nsys.exit(3)\n")
-    async with lone_toolrunner(**stdio_settings(server_files)) as stub:
+    async with lone_toolrunner(**stdio_settings(server_files, packages)) as stub:
         with bound_identity(ACME):
             listing = await stub.ListTools(pb.ListToolsRequest(switches=pb.TurnSwitches()))
             answer = await stub.ExecuteTool(call("files__shout", {"text": "hello"}))

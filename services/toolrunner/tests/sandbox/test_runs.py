@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from knowsphere_toolrunner.sandbox import SandboxError, SandboxErrorCode, SandboxRequest, ScriptSandbox
+from knowsphere_toolrunner.sandbox import (
+    SandboxCommand,
+    SandboxError,
+    SandboxErrorCode,
+    SandboxRequest,
+    ScriptSandbox,
+)
 from knowsphere_toolrunner.sandbox.host import landlock_abi
 
 from .conftest import reported, run_python
@@ -199,3 +206,34 @@ async def test_a_bwrap_the_runs_own_uid_cannot_reach_is_copied_where_it_can(
     sandbox = make_sandbox(bwrap_path=str(hidden))
     result = await run_python(sandbox, "print('hello from the sandbox')")
     assert result.exit_code == 0 and result.stdout == b"hello from the sandbox\n"
+
+
+@pytest.fixture
+def packages() -> Iterator[Path]:
+    """A folder of packages anyone may read, as an operator installs an MCP server's."""
+    folder = Path(tempfile.mkdtemp(prefix="ks-sandbox-shown-"))
+    folder.chmod(0o755)
+    (folder / "note.txt").write_text("seen inside\n")
+    yield folder
+    shutil.rmtree(folder)
+
+
+async def test_a_folder_shown_read_only_is_readable_inside_and_a_private_one_is_refused_clearly(
+    sandbox: ScriptSandbox, packages: Path, tmp_path: Path
+) -> None:
+    script = f"cat {packages}/note.txt; echo no > {packages}/note.txt || echo refused"
+    command = SandboxCommand(argv=("/bin/sh", "-c", script), read_only_paths=(str(packages),))
+    async with sandbox.interactive(command) as running:
+        said = (await asyncio.wait_for(running.stdout.read(), 30)).decode()
+    assert "seen inside" in said and "refused" in said, (said, running.stderr_tail())
+    assert (packages / "note.txt").read_bytes() == b"seen inside\n"
+
+    # Below a folder only its owner may enter (pytest's tmp_path, a checkout in a private temporary
+    # folder), the runs' own uids could not reach it: refused before anything starts, saying why.
+    private = tmp_path / "site-packages"
+    private.mkdir()
+    hidden = SandboxCommand(argv=("/bin/true",), read_only_paths=(str(private),))
+    with pytest.raises(SandboxError, match="not readable by the sandbox's run users") as refused:
+        async with sandbox.interactive(hidden):
+            pass
+    assert refused.value.field == "read_only_paths"

@@ -87,6 +87,30 @@ class SandboxProcess:
         return self._stderr.decode("utf-8", "replace")
 
 
+def _open_to_others(path: Path) -> bool:
+    """True when a user with no relation to the files may read ``path`` (folders: list and enter)."""
+    folder_bits = stat.S_IROTH | stat.S_IXOTH
+    for above in path.parents:
+        if not os.stat(above).st_mode & stat.S_IXOTH:
+            return False
+    mode = os.stat(path).st_mode
+    return bool(mode & folder_bits == folder_bits if stat.S_ISDIR(mode) else mode & stat.S_IROTH)
+
+
+async def _spawn(argv: list[str], pass_fds: tuple[int, ...]) -> asyncio.subprocess.Process:
+    """The sandbox's launcher in a session of its own (so its whole group can be killed), with pipes
+    for stdin, stdout and stderr, ``pass_fds`` inherited and no environment."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        env={},
+    )
+
+
 class ScriptSandbox:
     """Runs skill scripts; one instance per service, shared by concurrent calls."""
 
@@ -189,15 +213,7 @@ class ScriptSandbox:
                         *argv,
                     ]
                 pass_fds = (channel_write,) if seccomp_fd is None else (channel_write, seccomp_fd)
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    pass_fds=pass_fds,
-                    start_new_session=True,
-                    env={},
-                )
+                process = await _spawn(argv, pass_fds)
                 os.close(channel_write)
                 channel_write = -1
                 channel, channel_transport = await _pipe_reader(channel_read)
@@ -254,6 +270,15 @@ class ScriptSandbox:
                 raise SandboxError(
                     SandboxErrorCode.INVALID_REQUEST,
                     f"read_only_paths: {path[:100]!r} must be an existing absolute path without '..'",
+                    field="read_only_paths",
+                )
+            if self._switch_uid and not _open_to_others(Path(path)):
+                # Runs have uids of their own: a folder above the path that only its owner may enter
+                # (a checkout in a private temporary folder) hides it from them.
+                raise SandboxError(
+                    SandboxErrorCode.INVALID_REQUEST,
+                    f"read_only_paths: {path[:100]!r} is not readable by the sandbox's run users: it and "
+                    "every folder above it must be open to others (o+rx)",
                     field="read_only_paths",
                 )
 
@@ -374,15 +399,7 @@ class ScriptSandbox:
                 argv = [str(self._setpriv), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
             pass_fds = (channel_write,) if seccomp_fd is None else (channel_write, seccomp_fd)
             started = time.monotonic()
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=pass_fds,
-                start_new_session=True,
-                env={},
-            )
+            process = await _spawn(argv, pass_fds)
             os.close(channel_write)
             channel_write = -1
             channel, channel_transport = await _pipe_reader(channel_read)
