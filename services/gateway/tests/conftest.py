@@ -3,6 +3,7 @@ real clients, and the gateway's app over them, driven through its ASGI interface
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 
 from knowsphere_clients import (
@@ -107,6 +109,30 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
 
 async def _connected() -> bool:
     return True
+
+
+@contextlib.asynccontextmanager
+async def _listening(app: Any) -> AsyncIterator[tuple[str, int]]:
+    """``app`` served by uvicorn on a free loopback port (a real socket); yields its host and port."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield "127.0.0.1", server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+def listening() -> Callable[[Any], contextlib.AbstractAsyncContextManager[tuple[str, int]]]:
+    """``async with listening(app) as (host, port):`` the app on a real loopback socket."""
+    return _listening
 
 
 def http(app: FastAPI) -> httpx.AsyncClient:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
@@ -93,23 +91,6 @@ def open_temporary_files() -> set[str]:
     return found
 
 
-@asynccontextmanager
-async def listening(app: FastAPI) -> AsyncIterator[tuple[str, int]]:
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield "127.0.0.1", server.servers[0].sockets[0].getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def token(tokens: TokenService, name: str, identity: Identity = ACME) -> dict[str, str]:
     issued = await tokens.issue(identity, Role.ADMIN, name=name, ttl=timedelta(days=1))
     return {"authorization": f"Bearer {issued.token}"}
@@ -136,7 +117,7 @@ async def test_a_caller_over_the_rate_gets_429_with_retry_after_and_other_caller
 
 
 async def test_a_callers_requests_in_flight_are_capped_and_a_closed_stream_frees_its_slot(
-    gateway: Any, tokens: TokenService
+    gateway: Any, tokens: TokenService, listening: Any
 ) -> None:
     ingestion = FakeIngestion()
     app = await gateway(
@@ -296,7 +277,9 @@ def head(path: str, length: int, content_type: str = "application/json") -> byte
     ).encode()
 
 
-async def test_a_stalled_body_is_refused_with_408_after_the_idle_timeout(gateway: Any) -> None:
+async def test_a_stalled_body_is_refused_with_408_after_the_idle_timeout(
+    gateway: Any, listening: Any
+) -> None:
     app = await gateway(limits=Limits(body_idle_timeout_seconds=0.3))
     async with listening(app) as (host, port):
         started = asyncio.get_running_loop().time()
@@ -308,7 +291,7 @@ async def test_a_stalled_body_is_refused_with_408_after_the_idle_timeout(gateway
 
 
 async def test_a_slow_loris_upload_is_refused_with_408_once_it_falls_below_the_minimum_rate(
-    gateway: Any,
+    gateway: Any, listening: Any
 ) -> None:
     ingestion = FakeIngestion()
     limits = Limits(body_idle_timeout_seconds=0.3, body_min_bytes_per_second=1024)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import uvicorn
 from faststream.nats import NatsBroker, TestNatsBroker
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
@@ -162,27 +161,8 @@ async def stored_turn_events(turn_id: str) -> list[tuple[bytes, dict[str, str]]]
     )
 
 
-@asynccontextmanager
-async def listening(app: Any) -> AsyncIterator[str]:
-    """``app`` served by uvicorn on a free loopback port; yields its base URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def test_generated_requests_get_declared_answers_that_match_the_document(
-    gateway: Any, tokens: TokenService, tmp_path: Path
+    gateway: Any, tokens: TokenService, tmp_path: Path, listening: Any
 ) -> None:
     peers = {
         name: Anything(name)
@@ -199,7 +179,8 @@ async def test_generated_requests_get_declared_answers_that_match_the_document(
         )
         token = (await tokens.issue(ADMIN, Role.ADMIN, name="schemathesis", ttl=timedelta(days=1))).token
         (tmp_path / "schemathesis.toml").write_text(CONFIG)
-        async with listening(app) as base_url:
+        async with listening(app) as (host, port):
+            base_url = f"http://{host}:{port}"
             run = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
