@@ -45,3 +45,16 @@ async def test_an_index_added_to_an_existing_table_is_created_when_the_store_ope
     await again.open()  # opening a store that has everything changes nothing and does not fail
     assert await _indexes(again) == {"ix_hits_ranking"}
     await again.close()
+
+
+async def test_a_read_sees_what_was_committed_on_a_file_and_in_memory(tmp_path: Path) -> None:
+    for url in (f"sqlite+aiosqlite:///{tmp_path}/store.db", "sqlite+aiosqlite:///:memory:"):
+        metadata = _schema(with_ranking_index=True)
+        database = SqlDatabase(url, metadata)
+        await database.open()
+        hits = metadata.tables["hits"]
+        async with database.engine.begin() as conn:
+            await conn.execute(hits.insert(), [{"owner": "a", "document_id": "d1", "count": 3}])
+        rows = await database.read(lambda conn, hits=hits: conn.execute(hits.select()).all())
+        assert [(row.owner, row.document_id, row.count) for row in rows] == [("a", "d1", 3)], url
+        await database.close()

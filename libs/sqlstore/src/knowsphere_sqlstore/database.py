@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import DateTime, MetaData, Table, event
+from sqlalchemy import Connection, DateTime, Engine, MetaData, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.types import TypeDecorator
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
+
+T = TypeVar("T")
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -57,17 +61,39 @@ class SqlDatabase:
         self._metadata = metadata
         self._owner = owner
         self._engine: AsyncEngine | None = None
+        self._reader: Engine | None = None
 
     async def open(self) -> None:
         url = make_url(self.url)
-        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        on_file = url.get_backend_name() == "sqlite" and bool(url.database) and url.database != ":memory:"
+        if on_file:
+            Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(self.url)
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         async with engine.begin() as conn:
             await conn.run_sync(self._create_missing)
         self._engine = engine
+        if on_file:
+            # A file's readers need no event-loop driver: see read().
+            self._reader = create_engine(url.set(drivername="sqlite"))
+            event.listen(self._reader, "connect", _sqlite_pragmas)
+
+    async def read(self, query: Callable[[Connection], T]) -> T:
+        """``query(connection)``, synchronous SQLAlchemy that only reads, on a connection of its own.
+
+        On a SQLite file it runs whole on a worker thread (one hand-over instead of one per cursor
+        call of the async driver: hot reads take a third of the time); elsewhere on the async engine.
+        """
+        if self._reader is not None:
+            return await asyncio.to_thread(self._read_on_thread, self._reader, query)
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(query)
+
+    @staticmethod
+    def _read_on_thread(reader: Engine, query: Callable[[Connection], T]) -> T:
+        with reader.connect() as conn:
+            return query(conn)
 
     def _create_missing(self, connection: Any) -> None:
         # create_all adds missing tables with their indexes; an index added to a table that already
@@ -78,6 +104,9 @@ class SqlDatabase:
                 index.create(connection, checkfirst=True)
 
     async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.dispose()
+            self._reader = None
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None

@@ -527,8 +527,7 @@ class SqlMemoryStore(SqlDatabase):
         }
         if knowledge_base_ids:
             params["kbs"] = sorted(set(knowledge_base_ids))
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(statement, params)).all()
+        rows = await self.read(lambda conn: conn.execute(statement, params).all())
         items: dict[str, list[MemoryItemRecord]] = {"profile": [], "interest": []}
         documents: list[FrequentDocumentRecord] = []
         for row in rows:
