@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import Field
 
@@ -88,6 +88,37 @@ def _timeout_event(turn_id: str, sequence: int, seconds: float) -> ChatTurnEvent
     )
 
 
+async def requested_turn_events(
+    bus: GatewayBus,
+    events: Fanout[ChatTurnEvent],
+    who: Caller,
+    request: ChatRequested,
+    timeout_seconds: float,
+) -> AsyncIterator[ChatTurnEvent]:
+    """Puts ``request`` on the work queue as ``who`` and yields its turn's events up to the final one
+    (an ``error`` ``turn_timeout`` when the turn falls silent for ``timeout_seconds``)."""
+    # Watching before the request is published, so no event of the turn is missed.
+    async with events.watch(lambda event: event.turn_id == request.turn_id) as turn:
+        with who.bound():  # the caller's identity travels in the message headers
+            await bus.request_turn(request)
+        expected = 0
+        while True:
+            try:
+                async with asyncio.timeout(timeout_seconds):
+                    event = await anext(turn)
+            except TimeoutError:
+                yield _timeout_event(request.turn_id, expected, timeout_seconds)
+                return
+            if event.sequence != expected:
+                log.warning(
+                    "turn events out of order", turn_id=request.turn_id, expected=expected, got=event.sequence
+                )
+            expected = event.sequence + 1
+            yield event
+            if event.is_final:
+                return
+
+
 def build_chat_router(
     bus: GatewayBus,
     events: Fanout[ChatTurnEvent],
@@ -133,7 +164,6 @@ def build_chat_router(
     )
     async def resume_turn(
         turn_id: Annotated[str, Depends(own_turn)],
-        request: Request,
         after: Annotated[
             int | None, Query(ge=-1, description="last sequence seen; -1: from the start")
         ] = None,
@@ -178,43 +208,23 @@ def build_chat_router(
         dependencies=[Depends(existing_session)],
     )
     async def chat_turn(
-        body: ChatTurnRequest, request: Request, who: Annotated[Caller, Depends(caller)]
+        body: ChatTurnRequest, who: Annotated[Caller, Depends(caller)]
     ) -> AsyncIterator[ServerSentEvent]:
         """Ask a question; the turn's events stream back as server-sent events."""
-        turn_id = uuid.uuid4().hex
-        # Watching before the request is published, so no event of the turn is missed.
-        async with events.watch(lambda event: event.turn_id == turn_id) as turn:
-            with who.bound():  # the caller's identity travels in the message headers
-                await bus.request_turn(
-                    ChatRequested(
-                        turn_id=turn_id,
-                        session_id=body.session_id,
-                        message=body.message,
-                        knowledge_base_ids=body.knowledge_base_ids,
-                        web_search=body.web_search,
-                        knowledge_graph=body.knowledge_graph,
-                        language=body.language,
-                        images=body.images,
-                    )
-                )
-            expected = 0
-            while True:
-                try:
-                    async with asyncio.timeout(turn_timeout_seconds):
-                        event = await anext(turn)
-                except TimeoutError:
-                    yield _sse(_timeout_event(turn_id, expected, turn_timeout_seconds))
-                    return
-                if event.sequence != expected:
-                    log.warning(
-                        "turn events out of order", turn_id=turn_id, expected=expected, got=event.sequence
-                    )
-                expected = event.sequence + 1
-                yield _sse(event)
-                if event.is_final:
-                    return
+        turn = ChatRequested(
+            turn_id=uuid.uuid4().hex,
+            session_id=body.session_id,
+            message=body.message,
+            knowledge_base_ids=body.knowledge_base_ids,
+            web_search=body.web_search,
+            knowledge_graph=body.knowledge_graph,
+            language=body.language,
+            images=body.images,
+        )
+        async for event in requested_turn_events(bus, events, who, turn, turn_timeout_seconds):
+            yield _sse(event)
 
     return router
 
 
-__all__ = ["TURN_TIMEOUT_CODE", "ChatTurnRequest", "build_chat_router"]
+__all__ = ["TURN_TIMEOUT_CODE", "ChatTurnRequest", "build_chat_router", "requested_turn_events"]

@@ -18,7 +18,6 @@ Every error on these routes, the gateway's own and the services', is OpenAI's sh
 ``{"error": {"message", "type", "code", "param"}}`` (:class:`OpenAIRoute`).
 """
 
-import asyncio
 import base64
 import json
 import struct
@@ -54,7 +53,7 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller, Unauthenticated
-from knowsphere_gateway.api.chat import TURN_TIMEOUT_CODE
+from knowsphere_gateway.api.chat import TURN_TIMEOUT_CODE, requested_turn_events
 from knowsphere_gateway.api.errors import HttpError, error_body, http_status
 from knowsphere_gateway.api.openai_wire import (
     CHUNK_SCHEMA,
@@ -338,29 +337,10 @@ def build_openai_router(
         with tracer.start_as_current_span("gateway.openai.turn") as span:
             span.set_attribute(attributes.TURN_ID, chat.turn_id)
             span.set_attribute(attributes.KNOWLEDGE_BASE_IDS, chat.knowledge_base_ids)
-            # Watching before the request is published, so no event of the turn is missed.
-            async with events.watch(lambda event: event.turn_id == chat.turn_id) as turn:
-                with who.bound():
-                    await bus.request_turn(chat)
-                sequence = 0
-                while True:
-                    try:
-                        async with asyncio.timeout(turn_timeout_seconds):
-                            event = await anext(turn)
-                    except TimeoutError:
-                        event = ChatTurnEvent(
-                            turn_id=chat.turn_id,
-                            sequence=sequence,
-                            kind=TurnEventKind.ERROR,
-                            error_code=TURN_TIMEOUT_CODE,
-                            error_message=f"no answer within {turn_timeout_seconds:.0f} s",
-                        )
-                    sequence = event.sequence + 1
-                    if event.error_code:
-                        span.set_attribute(attributes.ERROR_CODE, event.error_code)
-                    yield event
-                    if event.is_final:
-                        return
+            async for event in requested_turn_events(bus, events, who, chat, turn_timeout_seconds):
+                if event.error_code:
+                    span.set_attribute(attributes.ERROR_CODE, event.error_code)
+                yield event
 
     def document_url(request: Request) -> DocumentUrl:
         base = str(request.base_url).rstrip("/")
