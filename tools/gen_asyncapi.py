@@ -53,7 +53,8 @@ def build_document() -> str:
         title="KnowSphere events",
         version="1.0.0",
         description="Events on the KnowSphere NATS bus, as the services declare them. Identity travels in "
-        "the ks-tenant-id and ks-user-id headers; trace context in W3C traceparent/tracestate headers.",
+        "the ks-identity header (an Ed25519-signed token naming tenant and user); trace context in W3C "
+        "traceparent/tracestate headers.",
     )
     # Sorted keys: FastStream's channel order follows set iteration, which varies between runs.
     return yaml.safe_dump(spec.to_specification().to_jsonable(), sort_keys=True, allow_unicode=True)

@@ -280,6 +280,24 @@ def test_data_dir_and_tmp_are_writable_empty_dirs(name: str) -> None:
         assert "emptyDir" in volumes[mounts[path]], f"{name}: {path} is not an emptyDir"
 
 
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_each_pod_signs_with_its_own_identity_key_and_trusts_the_shared_set(name: str) -> None:
+    container = server_container(name)
+    env = env_values(container)
+    key_file = Path(env["KS_IDENTITY_SIGNING_KEY_FILE"])
+    trusted_dir = env["KS_IDENTITY_TRUSTED_KEYS_DIR"]
+    # The key file's stem is the issuer its tokens name: the deployment's own name.
+    assert key_file.name == f"{name}.key"
+    volumes = {v["name"]: v for v in pod_spec(name).get("volumes", [])}
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    key_mount, trusted_mount = mounts[str(key_file.parent)], mounts[trusted_dir]
+    assert key_mount["readOnly"] and trusted_mount["readOnly"]
+    secret = volumes[key_mount["name"]]["secret"]
+    assert secret["secretName"] == f"knowsphere-identity-{name}", "one Secret per service: no shared key"
+    assert secret["defaultMode"] == 0o400
+    assert volumes[trusted_mount["name"]]["configMap"]["name"] == "knowsphere-identity-trusted"
+
+
 # --- probes and ports (the services; workers serve no port) ----------------------------------------
 
 
@@ -399,7 +417,7 @@ def test_worker_runs_its_module_with_the_wiring_of_its_service(name: str) -> Non
     api = server_container(service)
     assert container["envFrom"] == api["envFrom"], f"{name} must read the settings {service} reads"
     prefix = settings_prefix(name)
-    own = set(env_values(container)) - {"OTEL_SERVICE_NAME"}
+    own = {k for k in env_values(container) if k != "OTEL_SERVICE_NAME" and not k.startswith("KS_IDENTITY_")}
     assert all(key.startswith(prefix) for key in own), f"{name}: settings of another service: {own}"
     # Every setting without a default (Temporal, NATS, peers, data dir) is given.
     given = {k.removeprefix(prefix).lower() for k in {**shared_config(), **env_values(container)}}

@@ -7,6 +7,7 @@ spans over OTLP/HTTP to an in-test receiver.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +26,13 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver) -> Iterator[Stack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver, identity_keys_dir: Path
+) -> Iterator[Stack]:
     config = StackConfig.with_free_ports(
         data_dir=tmp_path_factory.mktemp("stack"),
+        # The services trust the test process's identity tokens (its calls go to them directly).
+        identity_keys_dir=identity_keys_dir,
         temporal_headless=True,
         extra_env={
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,

@@ -44,9 +44,10 @@ def s3() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def s3_stack(tmp_path_factory: pytest.TempPathFactory, s3: Any) -> Iterator[Stack]:
+def s3_stack(tmp_path_factory: pytest.TempPathFactory, s3: Any, identity_keys_dir: Path) -> Iterator[Stack]:
     config = StackConfig.with_free_ports(
         data_dir=tmp_path_factory.mktemp("s3-stack"),
+        identity_keys_dir=identity_keys_dir,  # its services trust the test process's calls
         temporal_headless=True,
         services=["modelhub", "retrieval", "ingestion"],
         extra_env={

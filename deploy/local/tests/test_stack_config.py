@@ -82,6 +82,8 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
         "KS_GATEWAY_HTTP_HOST": "127.0.0.1",
         "KS_GATEWAY_HTTP_PORT": "8780",
         "KS_GATEWAY_LOCAL_MODE": "true",
+        "KS_IDENTITY_SIGNING_KEY_FILE": str(tmp_path / "secrets" / "identity" / "gateway.key"),
+        "KS_IDENTITY_TRUSTED_KEYS_DIR": str(tmp_path / "secrets" / "identity" / "trusted"),
     }
     assert sorted(k for k in envs["conversation"] if k.endswith("_ADDR")) == [
         "KS_CONVERSATION_MEMORY_ADDR",
@@ -96,11 +98,9 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
         "KS_INGESTION_MODELHUB_ADDR",
         "KS_INGESTION_RETRIEVAL_ADDR",
     ]
-    worker = envs["ingestion-worker"]
-    assert worker["OTEL_SERVICE_NAME"] == "ingestion-worker"
-    assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
-        k: v for k, v in ingestion.items() if k != "OTEL_SERVICE_NAME"
-    }
+    # Every service's key is trusted by every other.
+    trusted = sorted(p.name for p in (tmp_path / "secrets" / "identity" / "trusted").iterdir())
+    assert trusted == sorted(f"{name}.pub" for name in [*SERVICE_NAMES, "ingestion-worker", "local-client"])
     for name in ("conversation", "memory", "modelhub", "retrieval"):
         assert envs[name][f"KS_{name.upper()}_NATS_URL"] == "nats://127.0.0.1:4322"
     for name in ("toolrunner",):
@@ -164,10 +164,11 @@ def test_the_ingestion_worker_runs_beside_ingestion_with_its_wiring(tmp_path: Pa
     envs = _envs(StackConfig(data_dir=tmp_path))
     worker, api = envs["ingestion-worker"], envs["ingestion"]
     assert worker["OTEL_SERVICE_NAME"] == "ingestion-worker"
-    # Same database, object store, peers and Temporal as the API it works for.
-    assert {k: v for k, v in worker.items() if k != "OTEL_SERVICE_NAME"} == {
-        k: v for k, v in api.items() if k != "OTEL_SERVICE_NAME"
-    }
+    # It signs with a key of its own ...
+    assert worker["KS_IDENTITY_SIGNING_KEY_FILE"].endswith("/ingestion-worker.key")
+    # ... and has the same database, object store, peers and Temporal as the API it works for.
+    own = ("OTEL_SERVICE_NAME", "KS_IDENTITY_SIGNING_KEY_FILE")
+    assert {k: v for k, v in worker.items() if k not in own} == {k: v for k, v in api.items() if k not in own}
     assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     subset = _envs(StackConfig(data_dir=tmp_path, services=["retrieval"], nats_enabled=False))
     assert list(subset) == ["temporal", "retrieval"]

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 
+from faststream.nats import ConsumerConfig, JStream, PullSub
+from nats.js.api import RetentionPolicy
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, current_identity
+from knowsphere_runtime.identity_token import TokenAuthority
 
 
 class Ping(BaseModel):
@@ -58,6 +63,74 @@ async def test_message_without_identity_is_handled_anonymously(nats_url):
         await broker.publish(Ping(text="x"), subject="ks.test.anonymous.v1")
         assert await asyncio.wait_for(received.get(), timeout=5) is None
     finally:
+        await broker.stop()
+
+
+FORGED_HEADERS = {
+    "unsigned": {"ks-tenant-id": "victim", "ks-user-id": "alice"},
+    "garbage": {"ks-identity": "not.a.token"},
+    "untrusted-signer": {
+        "ks-identity": TokenAuthority.ephemeral("intruder").issue(Identity("victim", "alice"))
+    },
+}
+
+
+async def test_a_message_with_a_forged_identity_never_reaches_its_handler(nats_url):
+    broker = build_broker(nats_url, client_name="test")
+    received: asyncio.Queue[Identity | None] = asyncio.Queue()
+
+    @broker.subscriber("ks.test.forged.v1")
+    async def handle(message: Ping) -> None:
+        await received.put(current_identity())
+
+    await broker.start()
+    try:
+        for headers in FORGED_HEADERS.values():
+            await broker.publish(Ping(text="forged"), subject="ks.test.forged.v1", headers=headers)
+        with bound_identity(Identity("acme", "alice")):
+            await broker.publish(Ping(text="signed"), subject="ks.test.forged.v1")
+        # Messages on one subject arrive in order: the signed one comes after the three refused.
+        assert await asyncio.wait_for(received.get(), timeout=5) == Identity("acme", "alice")
+        assert received.empty()
+    finally:
+        await broker.stop()
+
+
+async def test_a_forged_jetstream_message_is_terminated_not_redelivered(nats_url):
+    stream = f"KS_TEST_FORGED_{uuid.uuid4().hex[:8].upper()}"
+    subject = f"ks.test.{stream.lower()}.v1"
+    broker = build_broker(nats_url, client_name="test")
+    handled: list[str] = []
+
+    @broker.subscriber(
+        subject,
+        stream=JStream(stream, subjects=[subject], retention=RetentionPolicy.WORK_QUEUE),
+        durable="forged",
+        pull_sub=PullSub(batch_size=10, timeout=0.2),
+        config=ConsumerConfig(ack_wait=1.0),
+    )
+    async def handle(message: Ping) -> None:
+        handled.append(message.text)
+
+    await broker.start()
+    try:
+        await broker.publish(
+            Ping(text="forged"), subject=subject, stream=stream, headers=FORGED_HEADERS["unsigned"]
+        )
+        with bound_identity(Identity("acme", "alice")):
+            await broker.publish(Ping(text="signed"), subject=subject, stream=stream)
+        for _ in range(50):
+            info = await broker.config.connection_state.stream.stream_info(stream)
+            if handled and info.state.messages == 0:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)  # past the ack wait: a forged message left pending would come back
+        info = await broker.config.connection_state.stream.stream_info(stream)
+        assert handled == ["signed"]
+        assert info.state.messages == 0  # the forged message was taken off the work queue
+    finally:
+        with contextlib.suppress(Exception):
+            await broker.config.connection_state.stream.delete_stream(stream)
         await broker.stop()
 
 

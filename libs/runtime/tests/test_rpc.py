@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2
 
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_runtime.identity import Identity, bound_identity, require_identity
+from knowsphere_runtime.identity_token import TokenAuthority, authority
 from knowsphere_runtime.rpc import GrpcServer, RetryPolicy, bind_service, check_health, open_channel
 from knowsphere_runtime.rpc.channel import is_idempotent
 from knowsphere_runtime.rpc.reflect import list_methods
@@ -105,7 +106,47 @@ async def test_call_without_identity_is_refused_naming_the_metadata(serve):
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await _call(target, IDEMPOTENT_SERVICE, IDEMPOTENT)
     assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert "ks-tenant-id" in (raised.value.details() or "")
+    assert "ks-identity" in (raised.value.details() or "")
+    assert servicer.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("metadata", "reason"),
+    [
+        pytest.param((("ks-tenant-id", "acme"), ("ks-user-id", "alice")), "unsigned identity", id="unsigned"),
+        pytest.param((("ks-identity", "not.a.token"),), "not a signed token", id="garbage"),
+        pytest.param(
+            (("ks-identity", TokenAuthority.ephemeral("intruder").issue(CALLER)),),
+            "'intruder', which this service does not trust",
+            id="untrusted-signer",
+        ),
+        pytest.param(
+            (("ks-identity", TokenAuthority.ephemeral(authority().issuer).issue(CALLER)),),
+            "does not verify",
+            id="forged-with-a-trusted-name",
+        ),
+        pytest.param((("ks-identity", authority().issue(CALLER, ttl=-120)),), "has expired", id="expired"),
+        pytest.param(
+            (("ks-identity", authority().issue(CALLER)), ("ks-identity", authority().issue(CALLER))),
+            "more than once",
+            id="doubled",
+        ),
+    ],
+)
+async def test_a_call_whose_identity_does_not_verify_is_refused(serve, metadata, reason):
+    servicer = ScriptedServicer(IDEMPOTENT)
+    target = await serve(IDEMPOTENT_SERVICE, servicer)
+    method = IDEMPOTENT
+    async with open_channel(target, services=[IDEMPOTENT_SERVICE]) as channel:
+        call = channel.unary_unary(
+            f"/{IDEMPOTENT_SERVICE.full_name}/{method.name}",
+            request_serializer=GetMessageClass(method.input_type).SerializeToString,
+            response_deserializer=GetMessageClass(method.output_type).FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(GetMessageClass(method.input_type)(), metadata=metadata)
+    assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert reason in (raised.value.details() or "")
     assert servicer.calls == 0
 
 

@@ -52,6 +52,7 @@ def running_stack(extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
             },
         )
         with Stack(config) as stack:
+            stack.sign_as_local_client()
             yield stack
 
 

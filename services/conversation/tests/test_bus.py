@@ -30,6 +30,7 @@ from knowsphere_conversation.domain.graph import TurnLimits, build_graph
 from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import bound_identity
+from knowsphere_runtime.identity_token import stored_message_identity, token_headers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import CALLER, Memory, Models, Search, Tools, text
@@ -93,7 +94,7 @@ async def _ask(nats_url: str, turn_ids: list[str]) -> dict[str, list[ChatTurnEve
             finals.set()
 
     await client.subscribe(ChatTurnEvent.subject + ".>", cb=on_event)
-    headers = dict(CALLER.as_pairs())
+    headers = token_headers(CALLER)
     for turn_id in turn_ids:
         request = ChatRequested(turn_id=turn_id, session_id=f"s-{turn_id}", message="tell me something")
         await client.publish(ChatRequested.subject, request.model_dump_json().encode(), headers=headers)
@@ -132,7 +133,7 @@ async def test_a_completed_turn_is_kept_once_on_the_completions_stream(
             break
     ours = [m for m in messages if TurnCompleted.model_validate_json(m.data).turn_id == turn_id]
     assert len(ours) == 1
-    assert ours[0].headers is not None and ours[0].headers["ks-tenant-id"] == CALLER.tenant_id
+    assert ours[0].headers is not None and stored_message_identity(ours[0].headers) == CALLER
     await client.close()
 
 
@@ -181,7 +182,7 @@ async def test_a_message_waiting_too_long_for_its_sessions_turn_is_refused_and_t
         for turn_id in (first, second):
             request = ChatRequested(turn_id=turn_id, session_id=session, message="tell me something")
             await client.publish(
-                ChatRequested.subject, request.model_dump_json().encode(), headers=dict(CALLER.as_pairs())
+                ChatRequested.subject, request.model_dump_json().encode(), headers=token_headers(CALLER)
             )
             await asyncio.sleep(0.2)
         for _ in range(200):

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,11 +57,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def toolrunner_process(tmp_path: Path) -> Iterator[str]:
+def toolrunner_process(
+    tmp_path: Path, service_identity_env: Callable[[str], dict[str, str]]
+) -> Iterator[str]:
     """The toolrunner service as a process of its own; its peers are not needed for generate_pptx."""
     port = free_port()
     env = {
         **os.environ,
+        **service_identity_env("toolrunner"),
         "KS_TOOLRUNNER_DATA_DIR": str(tmp_path / "toolrunner"),
         "KS_TOOLRUNNER_GRPC_PORT": str(port),
         "KS_TOOLRUNNER_RETRIEVAL_ADDR": f"127.0.0.1:{free_port()}",

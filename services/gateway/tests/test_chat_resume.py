@@ -19,9 +19,11 @@ from nats.js import JetStreamContext
 
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent, TurnEventKind
 from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.identity_token import token_headers
 from knowsphere_runtime.streams import CHAT_EVENTS, read_subject
 
-OWNER = {"ks-tenant-id": "t1", "ks-user-id": "u1"}  # the gateway tests' default caller
+OWNER = token_headers(Identity("t1", "u1"))  # the gateway tests' default caller
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ async def test_another_users_turn_and_an_unknown_turn_are_not_found(
         js,
         "turn-theirs",
         [TurnEventKind.STARTED, TurnEventKind.COMPLETED],
-        {"ks-tenant-id": "t2", "ks-user-id": "u9"},
+        token_headers(Identity("t2", "u9")),
     )
     app = await app_with(gateway, js, Fanout())
     async with client(app) as http:

@@ -35,6 +35,7 @@ from knowsphere_gateway.api.limits import Limits
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.identity_token import token_headers
 from knowsphere_runtime.streams import CHAT_REQUESTS
 
 ADMIN = Identity("acme", "admin")
@@ -153,7 +154,7 @@ async def answered_turns() -> AsyncIterator[tuple[GatewayBus, Fanout[ChatTurnEve
 
 async def stored_turn_events(turn_id: str) -> list[tuple[bytes, dict[str, str]]]:
     final = ChatTurnEvent(turn_id=turn_id, sequence=0, kind=TurnEventKind.COMPLETED)
-    owner = {"ks-tenant-id": ADMIN.tenant_id, "ks-user-id": ADMIN.user_id}
+    owner = token_headers(ADMIN)
     return (
         []
         if hashlib.sha256(turn_id.encode()).digest()[0] % 3 == 0

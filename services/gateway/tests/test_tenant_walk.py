@@ -32,6 +32,7 @@ from knowsphere_contracts.events import ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.identity import Identity, require_identity
+from knowsphere_runtime.identity_token import token_headers
 
 OWNER, STRANGER = Identity("acme", "alice"), Identity("globex", "mallory")
 RESOURCE_FIELDS = frozenset(
@@ -174,9 +175,7 @@ async def stored_turn_events(turn_id: str) -> list[tuple[bytes, dict[str, str]]]
     if turn_id != "turn-a":
         return []
     final = ChatTurnEvent(turn_id=turn_id, sequence=0, kind=TurnEventKind.COMPLETED)
-    return [
-        (final.model_dump_json().encode(), {"ks-tenant-id": OWNER.tenant_id, "ks-user-id": OWNER.user_id})
-    ]
+    return [(final.model_dump_json().encode(), token_headers(OWNER))]
 
 
 def operations(openapi: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -365,6 +365,7 @@ def main() -> None:
             },
         )
         with Stack(config) as stack:
+            stack.sign_as_local_client()
             figures = asyncio.run(bench(stack, docs, args.concurrency, args.files_per_upload))
     figures["source"] = str(args.source)
     figures["embed_threads"] = args.embed_threads

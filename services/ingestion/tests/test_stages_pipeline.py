@@ -29,16 +29,21 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import ChunkingSettings, Document, KnowledgeBase, Migration
+from knowsphere_ingestion.stages.identity import workflow_token
 from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
 from knowsphere_ingestion.workflows import (
     DocumentRun,
+    FailInput,
     GraphOutcome,
     IngestBatch,
     MigrateInput,
     StageResult,
 )
+from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.identity_token import TokenAuthority
 
 TENANT = "tenant-a"
+OWNER = Identity(TENANT, "user-1")
 KB = "kb-1"
 MODEL, DIMENSION = "embed-a", 4
 NEW_MODEL, NEW_DIMENSION = "embed-b", 3
@@ -246,7 +251,9 @@ class World:
 
 
 def batch_of(*runs: DocumentRun) -> IngestBatch:
-    return IngestBatch(TENANT, "user-1", KB, list(runs))
+    return IngestBatch(
+        TENANT, "user-1", KB, list(runs), identity_token=workflow_token(Identity(TENANT, "user-1"))
+    )
 
 
 async def stage(world: World, name: str, batch: IngestBatch) -> tuple[IngestBatch, StageResult]:
@@ -314,6 +321,36 @@ async def test_a_batch_becomes_searchable_with_its_chunks_vectors_and_metadata(w
     assert len(world.modelhub.texts()) == len(world.retrieval.chunks)
     for seconds in await world.store.stage_seconds(TENANT, KB):
         assert set(seconds) == {"parse", "chunk", "embed", "index"}
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param("", id="no-token"),
+        pytest.param("forged.token.here", id="not-a-token"),
+        pytest.param(workflow_token(Identity("other-tenant", "user-1")), id="another-tenants-token"),
+        pytest.param(
+            TokenAuthority.ephemeral("intruder").issue(Identity(TENANT, "user-1")), id="untrusted-signer"
+        ),
+    ],
+)
+async def test_a_workflow_input_whose_token_does_not_prove_its_tenant_touches_nothing(
+    world: World, token: str
+) -> None:
+    run = await world.add("alpha.md", guide("alpha"))
+    forged = replace(batch_of(run), identity_token=token)
+
+    for attempt in (
+        world.activities.parse_documents(forged),
+        world.activities.fail_documents(FailInput(forged, "parse", "x", "forged", 1)),
+    ):
+        with pytest.raises(ApplicationError) as error:
+            await attempt
+        assert error.value.non_retryable and "identity is refused" in error.value.message
+
+    document = await world.document(run)
+    assert document.status == DocumentStatus.QUEUED and document.failure is None
+    assert world.progress(run.document_id) == []
 
 
 def _zip_with_too_many_members() -> bytes:
@@ -490,7 +527,9 @@ async def test_a_migration_embeds_every_searchable_document_then_switches_over(w
         KB,
         migration=Migration(MODEL, NEW_MODEL, MigrationState.RUNNING, to_dimension=NEW_DIMENSION),
     )
-    job = MigrateInput(TENANT, "user-1", KB, NEW_MODEL)
+    job = MigrateInput(
+        TENANT, "user-1", KB, NEW_MODEL, identity_token=workflow_token(Identity(TENANT, "user-1"))
+    )
 
     world.retrieval.refuse_configure = FailedPrecondition("chunks without vectors of embed-b")
     with pytest.raises(ApplicationError) as error:

@@ -17,11 +17,14 @@ replays.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,9 +37,11 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from knowsphere_ingestion.stages.identity import workflow_token
 from knowsphere_ingestion.workflows import (
     MIGRATION_WORKFLOW_NAME,
     PERMANENT,
+    RENEW_IDENTITY,
     WORKFLOW_NAME,
     DocumentRun,
     FailInput,
@@ -50,6 +55,7 @@ from knowsphere_ingestion.workflows import (
     migration_workflow_id,
 )
 from knowsphere_ingestion.workflows import workflow_id as ingest_workflow_id
+from knowsphere_runtime.identity import Identity
 
 WORKFLOWS = [IngestDocuments, MigrateEmbeddings]
 STAGES = ["parse_documents", "chunk_documents", "embed_chunks", "index_chunks"]
@@ -122,6 +128,7 @@ class FakeActivities:
             self.fail_documents,
             self.migrate_embeddings,
             self.fail_migration,
+            self.renew_identity,
         ]
 
     async def _called(self, name: str, given: Any, default: Any) -> Any:
@@ -167,6 +174,10 @@ class FakeActivities:
     @activity.defn(name="fail_migration")
     async def fail_migration(self, failed: MigrationFailure) -> None:
         await self._called("fail_migration", failed, None)
+
+    @activity.defn(name=RENEW_IDENTITY)
+    async def renew_identity(self, token: str) -> str:
+        return await self._called(RENEW_IDENTITY, token, f"renewed-{len(self.calls_to(RENEW_IDENTITY))}")
 
 
 def dropping(*document_ids: str, graph_enabled: bool = False) -> Behaviour:
@@ -219,13 +230,17 @@ def batch_of(*document_ids: str, local_activities: bool = True, max_attempts: in
         user_id="user-1",
         knowledge_base_id="kb-1",
         documents=[DocumentRun(document_id, f"run-{document_id}") for document_id in document_ids],
+        identity_token=workflow_token(CALLER),
         max_attempts=max_attempts,
         heartbeat_seconds=1.0,
         local_activities=local_activities,
     )
 
 
-MIGRATION = MigrateInput("tenant-1", "user-1", "kb-1", "embed-new", heartbeat_seconds=1.0)
+CALLER = Identity("tenant-1", "user-1")
+MIGRATION = MigrateInput(
+    "tenant-1", "user-1", "kb-1", "embed-new", identity_token=workflow_token(CALLER), heartbeat_seconds=1.0
+)
 
 
 @pytest.fixture
@@ -286,6 +301,38 @@ async def test_stages_run_in_order_over_the_whole_batch(
     assert fakes.names() == STAGES
     assert all(call.documents == ["d1", "d2"] for call in fakes.calls)
     assert all(call.attempt == 1 for call in fakes.calls)
+
+
+def token_expiring(issued_ago: float, expires_in: float) -> str:
+    """A token-shaped string with these times (the workflow reads them unverified to decide on renewal)."""
+    now = time.time()
+    claims = {"iat": int(now - issued_ago), "exp": int(now + expires_in)}
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"eyJhbGciOiJFZERTQSJ9.{payload}.signature"
+
+
+async def test_a_token_past_half_its_lifetime_is_renewed_before_the_next_stage(
+    env: WorkflowEnvironment,
+) -> None:
+    fakes = FakeActivities()
+    old = token_expiring(issued_ago=3600, expires_in=60)
+
+    result = await ingest(env, fakes, replace(batch_of("d1"), identity_token=old))
+
+    assert result == "done"
+    assert fakes.names()[:2] == [RENEW_IDENTITY, "parse_documents"]
+    assert fakes.calls_to(RENEW_IDENTITY)[0].input == old
+    assert {call.input.identity_token for call in fakes.calls_to("parse_documents")} == {"renewed-0"}
+    # A fresh token (the renewed one reads as no token at all here) is not renewed again.
+    assert len(fakes.calls_to(RENEW_IDENTITY)) == 1
+
+
+async def test_a_fresh_token_is_not_renewed(env: WorkflowEnvironment) -> None:
+    fakes = FakeActivities()
+
+    await ingest(env, fakes, batch_of("d1"))
+
+    assert RENEW_IDENTITY not in fakes.names()
 
 
 async def test_stages_run_as_local_activities_only_when_the_batch_asks(

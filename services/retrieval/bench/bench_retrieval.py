@@ -196,6 +196,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             },
         )
         with Stack(config) as stack:
+            stack.sign_as_local_client()
             async with (
                 open_channel(
                     stack.grpc_addr("modelhub"), services=[CONTRACTS["modelhub"].descriptor]

@@ -42,7 +42,9 @@ from knowsphere.toolrunner.v1 import toolrunner_pb2 as pb
 from knowsphere.toolrunner.v1.toolrunner_enums import ContentFormat
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.identity_token import generate_keys, install_from_keys
 from knowsphere_runtime.rpc import check_health, open_channel
+from knowsphere_stack.components import LOCAL_CLIENT_ISSUER, identity_env
 from knowsphere_toolrunner.adapters.sql_store import SqlToolResultStore
 from knowsphere_toolrunner.domain.ports import StoredResult
 from knowsphere_toolrunner.settings import Settings
@@ -83,9 +85,14 @@ def megabyte_result() -> str:
 
 
 def start_service(folder: str, port: int) -> subprocess.Popen[bytes]:
-    """The toolrunner as ``make up`` runs it, on ``port``, its data in ``folder``, its peers away."""
+    """The toolrunner as ``make up`` runs it, on ``port``, its data in ``folder``, its peers away; it
+    trusts this process's identity tokens (keys in ``folder/identity``)."""
+    keys = Path(folder) / "identity"
+    generate_keys(keys, ["toolrunner", LOCAL_CLIENT_ISSUER])
+    install_from_keys(keys, LOCAL_CLIENT_ISSUER)
     env = {
         **os.environ,
+        **identity_env(keys, "toolrunner"),
         "KS_TOOLRUNNER_DATA_DIR": folder,
         "KS_TOOLRUNNER_GRPC_PORT": str(port),
         "KS_TOOLRUNNER_RETRIEVAL_ADDR": f"127.0.0.1:{closed_port()}",

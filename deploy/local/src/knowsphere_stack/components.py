@@ -13,6 +13,7 @@ import importlib.util
 import os
 import secrets
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -168,6 +169,31 @@ def ensure_master_key(data_dir: Path) -> str:
     return key
 
 
+LOCAL_CLIENT_ISSUER = "local-client"
+"""The key of local tools that call the services directly (``Stack.sign_as_local_client``)."""
+
+
+def ensure_identity_keys(config: StackConfig, issuers: Sequence[str]) -> Path:
+    """The services' identity keys (``config.identity_keys_dir``, by default ``<data>/secrets/identity``):
+    ``<issuer>.key`` (mode 0600) for each and ``trusted/`` with every public key; missing ones are
+    generated, existing ones kept (a key put there by hand, such as a client's, is trusted too)."""
+    from knowsphere_runtime.identity_token import generate_keys
+
+    folder = config.identity_dir
+    generate_keys(folder, [*issuers, LOCAL_CLIENT_ISSUER])
+    return folder
+
+
+def identity_env(identity_dir: Path | None, issuer: str) -> dict[str, str]:
+    """The ``KS_IDENTITY_*`` settings that make ``issuer`` sign with its key and trust the others'."""
+    if identity_dir is None:
+        return {}
+    return {
+        "KS_IDENTITY_SIGNING_KEY_FILE": str(identity_dir / f"{issuer}.key"),
+        "KS_IDENTITY_TRUSTED_KEYS_DIR": str(identity_dir / "trusted"),
+    }
+
+
 def missing_service_modules(config: StackConfig) -> list[str]:
     """Selected services run with their default command whose module this interpreter cannot import."""
     missing = []
@@ -185,14 +211,24 @@ def worker_available() -> bool:
         return False
 
 
-def service_env(name: str, config: StackConfig, *, master_key: str | None = None) -> dict[str, str]:
-    """The ``KS_<NAME>_*`` wiring of one service (the contract its settings class reads)."""
+def service_env(
+    name: str,
+    config: StackConfig,
+    *,
+    master_key: str | None = None,
+    identity_dir: Path | None = None,
+    issuer: str | None = None,
+) -> dict[str, str]:
+    """The ``KS_<NAME>_*`` wiring of one service (the contract its settings class reads); with
+    ``identity_dir``, the keys it signs and verifies identity tokens with (as ``issuer``, by default
+    ``name``)."""
     upper = name.upper()
     env = {
         f"KS_{upper}_GRPC_HOST": LOOPBACK,
         f"KS_{upper}_GRPC_PORT": str(config.grpc_port(name)),
         f"KS_{upper}_DATA_DIR": str(config.service_data_dir(name)),
-        "OTEL_SERVICE_NAME": name,
+        "OTEL_SERVICE_NAME": issuer or name,
+        **identity_env(identity_dir, issuer or name),
     }
     if name in NATS_CLIENTS and config.nats_enabled:
         env[f"KS_{upper}_NATS_URL"] = config.nats_url
@@ -213,7 +249,9 @@ def service_env(name: str, config: StackConfig, *, master_key: str | None = None
     return env
 
 
-def service_component(name: str, config: StackConfig, *, master_key: str | None = None) -> ComponentSpec:
+def service_component(
+    name: str, config: StackConfig, *, master_key: str | None = None, identity_dir: Path | None = None
+) -> ComponentSpec:
     health: list[HealthCheck] = [GrpcHealthCheck(address=config.grpc_addr(name), service="")]
     ports = {"grpc": config.grpc_port(name)}
     if name == "gateway":
@@ -227,7 +265,7 @@ def service_component(name: str, config: StackConfig, *, master_key: str | None 
     return ComponentSpec(
         name=name,
         argv=config.service_command.get(name, [sys.executable, "-m", f"knowsphere_{name}"]),
-        env=service_env(name, config, master_key=master_key),
+        env=service_env(name, config, master_key=master_key, identity_dir=identity_dir),
         log_path=config.log_path(name),
         ports=ports,
         health=health,
@@ -235,10 +273,10 @@ def service_component(name: str, config: StackConfig, *, master_key: str | None 
     )
 
 
-def worker_component(config: StackConfig) -> ComponentSpec:
-    """The ingestion Temporal worker: the ingestion service's wiring under its own OTEL service name."""
-    env = service_env("ingestion", config)
-    env["OTEL_SERVICE_NAME"] = INGESTION_WORKER
+def worker_component(config: StackConfig, *, identity_dir: Path | None = None) -> ComponentSpec:
+    """The ingestion Temporal worker: the ingestion service's wiring under its own name (OTEL service
+    name and identity key)."""
+    env = service_env("ingestion", config, identity_dir=identity_dir, issuer=INGESTION_WORKER)
     return ComponentSpec(
         name=INGESTION_WORKER,
         argv=config.service_command.get(INGESTION_WORKER, [sys.executable, "-m", WORKER_MODULE]),
@@ -289,12 +327,13 @@ def build_components(config: StackConfig) -> list[ComponentSpec]:
     master_key: str | None = None
     if "modelhub" in config.services and MASTER_KEY_ENV not in os.environ:
         master_key = ensure_master_key(config.data_dir)
-    for name in SERVICE_NAMES:
-        if name not in config.services:
-            continue
-        components.append(service_component(name, config, master_key=master_key))
-        if name == "ingestion" and _wants_worker(config):
-            components.append(worker_component(config))
+    services = [name for name in SERVICE_NAMES if name in config.services]
+    wants_worker = "ingestion" in services and _wants_worker(config)
+    identity_dir = ensure_identity_keys(config, [*services, *([INGESTION_WORKER] if wants_worker else [])])
+    for name in services:
+        components.append(service_component(name, config, master_key=master_key, identity_dir=identity_dir))
+        if name == "ingestion" and wants_worker:
+            components.append(worker_component(config, identity_dir=identity_dir))
     return components
 
 

@@ -130,6 +130,12 @@ class StackConfig(BaseSettings):
         description="Also start `python -m knowsphere_ingestion.worker`; None: if the module exists.",
     )
 
+    identity_keys_dir: Path | None = Field(
+        default=None,
+        description="Folder of the services' identity keys (<issuer>.key, trusted/<issuer>.pub); "
+        "missing ones are generated. Default: <data_dir>/secrets/identity.",
+    )
+
     service_command: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Replace the command of a service (name -> argv), e.g. with a stand-in in tests.",
@@ -189,6 +195,11 @@ class StackConfig(BaseSettings):
         return cls(**values)
 
     # Derived paths and addresses -------------------------------------------------------------
+
+    @property
+    def identity_dir(self) -> Path:
+        """Where the services' identity keys are (generated there when missing)."""
+        return self.identity_keys_dir or self.data_dir / "secrets" / "identity"
 
     @property
     def log_dir(self) -> Path:

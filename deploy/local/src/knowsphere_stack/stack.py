@@ -23,6 +23,7 @@ from types import TracebackType
 
 from knowsphere_stack import process_identity
 from knowsphere_stack.components import (
+    LOCAL_CLIENT_ISSUER,
     NATS,
     TEMPORAL,
     ComponentSpec,
@@ -266,6 +267,13 @@ class Stack:
 
     def grpc_addr(self, name: str) -> str:
         return self.config.grpc_addr(name)
+
+    def sign_as_local_client(self) -> None:
+        """Make this process's direct gRPC and NATS calls trusted by the stack's services: its identity
+        tokens are signed with the stack's ``local-client`` key (written when the stack starts)."""
+        from knowsphere_runtime.identity_token import install_from_keys
+
+        install_from_keys(self.config.identity_dir, LOCAL_CLIENT_ISSUER)
 
     @property
     def supervisor_log(self) -> Path:

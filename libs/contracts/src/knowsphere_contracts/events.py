@@ -239,7 +239,7 @@ class TurnCompleted(Event):
     """A turn finished (answered, cancelled or failed) — published exactly once per turn, at least
     once on the wire: consumers apply it idempotently by ``turn_id``.
 
-    The asker travels in the ``ks-tenant-id`` / ``ks-user-id`` headers like every event; memory
+    The asker travels in the signed ``ks-identity`` header like every event; memory
     records the cited documents for that user (document affinity) from it.
     """
 

@@ -2,7 +2,7 @@
 
 :func:`build_broker` is the only way services create a broker: it installs FastStream's
 OpenTelemetry middleware (a producer span per publish, a consumer span per message, W3C trace
-context in headers) and :class:`IdentityMiddleware` (``ks-tenant-id`` / ``ks-user-id`` headers).
+context in headers) and :class:`IdentityMiddleware` (the signed ``ks-identity`` token header).
 
 A service declares what it subscribes to and publishes on a ``NatsRouter`` in its ``api/bus.py``
 (typed pydantic payloads; dependencies through FastStream's context), included into its broker by
@@ -13,6 +13,7 @@ events of one such subscriber to the many request handlers of a process that str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -23,30 +24,39 @@ from faststream import BaseMiddleware
 from faststream.nats import NatsBroker
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 
-from knowsphere_runtime.identity import IdentityError, bound_identity, current_identity, identity_from_pairs
+from knowsphere_runtime.identity import IdentityError, bound_identity, current_identity
+from knowsphere_runtime.identity_token import TOKEN_KEY, authority, identity_from_token_pairs
 
 log = structlog.get_logger(__name__)
 
 
 class IdentityMiddleware(BaseMiddleware):  # type: ignore[type-arg]
-    """Puts the current identity into published headers and binds it while a message is handled."""
+    """Signs the current identity into published headers; binds a message's verified identity while it
+    is handled.
+
+    A message whose identity does not verify (unsigned ``ks-tenant-id`` headers, a forged, foreign or
+    expired token) is refused: logged, and taken off a JetStream stream (``term``) so it is not
+    redelivered forever; its handler never runs. A message with no identity at all is handled with
+    none bound (a handler that needs one refuses it).
+    """
 
     async def consume_scope(self, call_next: Any, msg: Any) -> Any:
         try:
-            identity = identity_from_pairs(dict(msg.headers or {}))
+            identity = identity_from_token_pairs(msg.headers or {})
         except IdentityError as error:
-            log.error(
-                "message rejected: bad identity headers", subject=getattr(msg, "path", None), error=str(error)
-            )
-            raise
+            subject = getattr(msg.raw_message, "subject", None)
+            log.error("message refused: its identity does not verify", subject=subject, error=str(error))
+            if str(getattr(msg.raw_message, "reply", "")).startswith("$JS.ACK."):  # stop its redelivery
+                with contextlib.suppress(Exception):
+                    await msg.reject()
+            return None
         with bound_identity(identity):
             return await call_next(msg)
 
     async def publish_scope(self, call_next: Any, cmd: Any) -> Any:
         identity = current_identity()
-        if identity is not None:
-            for key, value in identity.as_pairs():
-                cmd.headers.setdefault(key, value)
+        if identity is not None and TOKEN_KEY not in cmd.headers:
+            cmd.headers[TOKEN_KEY] = authority().issue(identity, ttl=authority().message_token_ttl)
         return await call_next(cmd)
 
 

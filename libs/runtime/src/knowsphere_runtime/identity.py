@@ -1,15 +1,15 @@
 """Tenant and user identity of the current call, and the keys it travels under.
 
 Identity is set at the edge (the gateway authenticates the caller) and then travels with every
-internal call: gRPC metadata and NATS headers both use the keys below. Inside a process it lives
-in a context variable, so a handler reads it with :func:`require_identity` and every outgoing call
-carries it without being passed along by hand.
+internal call as a signed token (:mod:`knowsphere_runtime.identity_token`) in gRPC metadata, NATS
+headers and workflow inputs. Inside a process it lives in a context variable, so a handler reads it
+with :func:`require_identity` and every outgoing call carries it without being passed along by hand.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ TENANT_KEY = "ks-tenant-id"
 USER_KEY = "ks-user-id"
 LANGUAGE_KEY = "accept-language"
 MAX_ID_LENGTH = 128
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]*")
 
 _current: ContextVar[Identity | None] = ContextVar("knowsphere_identity", default=None)
 _language: ContextVar[str | None] = ContextVar("knowsphere_language", default=None)
@@ -39,11 +39,8 @@ class Identity:
                 raise IdentityError(f"{key} is empty")
             if len(value) > MAX_ID_LENGTH:
                 raise IdentityError(f"{key} is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
-            if not _ID_PATTERN.match(value):
+            if not _ID_PATTERN.fullmatch(value):
                 raise IdentityError(f"{key}={value!r} has characters outside letters, digits and _ . : @ -")
-
-    def as_pairs(self) -> tuple[tuple[str, str], tuple[str, str]]:
-        return ((TENANT_KEY, self.tenant_id), (USER_KEY, self.user_id))
 
     def as_log_fields(self) -> dict[str, str]:
         return {"tenant_id": self.tenant_id, "user_id": self.user_id}
@@ -56,7 +53,7 @@ def current_identity() -> Identity | None:
 def require_identity() -> Identity:
     identity = _current.get()
     if identity is None:
-        raise IdentityError(f"no caller identity: {TENANT_KEY} and {USER_KEY} are required")
+        raise IdentityError("no caller identity: a signed ks-identity token is required")
     return identity
 
 
@@ -72,26 +69,6 @@ def bound_identity(identity: Identity | None) -> Iterator[None]:
 def set_identity(identity: Identity | None) -> None:
     """Set identity for the rest of the current task (used by interceptors that own the task)."""
     _current.set(identity)
-
-
-def identity_from_pairs(pairs: Iterable[tuple[str, str | bytes]] | Mapping[str, str]) -> Identity | None:
-    """Read identity from metadata pairs or headers; None when neither key is present.
-
-    A half-present or malformed identity raises :class:`IdentityError`, because silently
-    treating it as anonymous could cross tenants.
-    """
-    items = pairs.items() if isinstance(pairs, Mapping) else pairs
-    found: dict[str, str] = {}
-    for key, value in items:
-        if key in (TENANT_KEY, USER_KEY):
-            found[key] = value.decode() if isinstance(value, bytes) else value
-    if not found:
-        return None
-    if TENANT_KEY not in found:
-        raise IdentityError(f"{USER_KEY} is set but {TENANT_KEY} is missing")
-    if USER_KEY not in found:
-        raise IdentityError(f"{TENANT_KEY} is set but {USER_KEY} is missing")
-    return Identity(tenant_id=found[TENANT_KEY], user_id=found[USER_KEY])
 
 
 def identity_log_fields() -> dict[str, str]:

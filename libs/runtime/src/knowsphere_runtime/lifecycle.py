@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from knowsphere_runtime.identity import identity_log_fields
-from knowsphere_runtime.settings import ServiceSettings
+from knowsphere_runtime.identity_token import IdentitySettings, IdentityTokenError, install_from_environment
+from knowsphere_runtime.settings import ServiceSettings, load_settings
 from knowsphere_telemetry import TracingHandle, configure_logging, configure_tracing
 from knowsphere_telemetry.tracing import TelemetryConfigError
 
@@ -101,6 +102,15 @@ async def settle_memory() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, old)
 
 
+def install_identity(service: str) -> None:
+    """Install the process's identity-token authority from ``KS_IDENTITY_*``; a bad key stops start-up."""
+    try:
+        install_from_environment(service, load_settings(IdentitySettings))
+    except IdentityTokenError as error:
+        print(f"{service}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_service(
     service: str,
     settings: ServiceSettings,
@@ -112,6 +122,8 @@ def run_service(
     except TelemetryConfigError as error:
         print(f"invalid telemetry configuration: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+
+    install_identity(service)
 
     async def main() -> None:
         await serve(build(), grace=settings.shutdown_grace_seconds, on_ready=settle_memory)

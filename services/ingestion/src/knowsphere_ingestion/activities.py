@@ -19,9 +19,11 @@ from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.stages import chunk, embed, failure, graph, index, migrate, parse
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.events import DocumentEvents, Publish
+from knowsphere_ingestion.stages.identity import renew_token
 from knowsphere_ingestion.stages.run_artifacts import RunArtifacts
 from knowsphere_ingestion.storage.blobs import BlobStore
 from knowsphere_ingestion.workflows import (
+    RENEW_IDENTITY,
     FailInput,
     GraphOutcome,
     IngestBatch,
@@ -72,6 +74,7 @@ class IngestionActivities:
             self.fail_documents,
             self.migrate_embeddings,
             self.fail_migration,
+            self.renew_identity,
         ]
 
     @activity.defn(name="parse_documents")
@@ -109,3 +112,7 @@ class IngestionActivities:
     @activity.defn(name="fail_migration")
     async def fail_migration(self, failed: MigrationFailure) -> None:
         await migrate.fail_migration(self.context, failed)
+
+    @activity.defn(name=RENEW_IDENTITY)
+    async def renew_identity(self, token: str) -> str:
+        return renew_token(token)

@@ -18,13 +18,21 @@ indexed for the documents still in the batch and marks them failed with the stag
 graph stage runs after the documents are searchable; its failure leaves a warning, not a failed
 document.
 
+Each input carries the caller's signed identity token (``identity_token``); activities act only for
+the identity it proves. The workflow renews it (the ``renew_identity`` activity) before a stage when
+less than half its lifetime is left, so a long batch keeps a valid one.
+
 This module imports nothing but the SDK and stdlib.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -61,6 +69,8 @@ class IngestBatch:
     user_id: str
     knowledge_base_id: str
     documents: list[DocumentRun]
+    # Empty only in runs started before tokens existed (their activities refuse them).
+    identity_token: str = ""
     max_attempts: int = 5
     heartbeat_seconds: float = 30.0
     # Stages as local activities: run in the worker that runs the workflow, recorded in its history
@@ -97,6 +107,45 @@ class GraphOutcome:
     batch: IngestBatch
     failure_code: str = ""
     failure_reason: str = ""
+
+
+RENEW_IDENTITY = "renew_identity"
+Job = TypeVar("Job", "IngestBatch", "MigrateInput")
+
+
+def _token_times(token: str) -> tuple[float, float] | None:
+    """(issued, expires) of a token, read without checking it (activities verify it; this only decides
+    when to renew); ``None`` when it has no readable times."""
+    try:
+        payload = token.split(".")[1]
+        claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return float(claims["iat"]), float(claims["exp"])
+    except (IndexError, KeyError, TypeError, ValueError, binascii.Error):
+        return None
+
+
+async def renewed(job: Job) -> Job:
+    """``job`` with a fresh identity token when less than half of its token's lifetime is left.
+
+    A job without a token (a run from before tokens, whose history has no renewal) or with one whose
+    times cannot be read is left as it is: its activities refuse it.
+    """
+    times = _token_times(job.identity_token)
+    if times is None:
+        return job
+    issued, expires = times
+    if expires - workflow.now().timestamp() > (expires - issued) / 2:
+        return job
+    token = await workflow.execute_activity(
+        RENEW_IDENTITY,
+        job.identity_token,
+        start_to_close_timeout=timedelta(minutes=1),
+        retry_policy=RetryPolicy(
+            maximum_interval=timedelta(seconds=30), non_retryable_error_types=[PERMANENT]
+        ),
+        result_type=str,
+    )
+    return replace(job, identity_token=token)
 
 
 def workflow_id(run_id: str) -> str:
@@ -170,6 +219,7 @@ class IngestDocuments:
                 ("index_chunks", timedelta(hours=1)),
             ):
                 # The time limits are per document: a batch gets them once for each of its documents.
+                batch = await renewed(batch)
                 result = await stage(name, batch, timeout * len(batch.documents))
                 batch = replace(batch, documents=result.remaining)
                 graph_enabled = result.graph_enabled
@@ -189,6 +239,7 @@ class IngestDocuments:
         if not graph_enabled:
             return "done"
         self._stage = "graph"
+        batch = await renewed(batch)
         outcome = GraphOutcome(batch)
         try:
             await workflow.execute_activity(
@@ -222,6 +273,7 @@ class MigrateInput:
     user_id: str
     knowledge_base_id: str
     to_model_id: str
+    identity_token: str = ""
     heartbeat_seconds: float = 30.0
 
 
@@ -246,6 +298,7 @@ class MigrateEmbeddings:
     @workflow.run
     async def run(self, job: MigrateInput) -> str:
         try:
+            job = await renewed(job)
             await workflow.execute_activity(
                 "migrate_embeddings",
                 job,

@@ -1,5 +1,5 @@
-"""Interceptors that carry caller identity (and language) across gRPC: read on the server, attach on the
-client."""
+"""Interceptors that carry caller identity (and language) across gRPC: the server verifies the signed
+identity token of every call, the client attaches one signed by this process."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from knowsphere_runtime.identity import (
     IdentityError,
     current_identity,
     current_language,
-    identity_from_pairs,
     set_identity,
 )
+from knowsphere_runtime.identity_token import TOKEN_KEY, authority, identity_from_token_pairs
 from knowsphere_telemetry import attributes
 
 # Infrastructure services answer without a caller identity.
@@ -88,10 +88,11 @@ def _wrap_handler(
 
 
 class IdentityServerInterceptor(grpc.aio.ServerInterceptor):
-    """Binds the caller identity from metadata for the handler; rejects calls without one.
+    """Binds the caller identity proven by the call's signed token; rejects calls without one.
 
-    Health and reflection are exempt. A call to any other service with no or malformed identity
-    fails with UNAUTHENTICATED and a message naming the metadata key.
+    Health and reflection are exempt. A call to any other service with no token, an unsigned
+    identity, or a token that is forged, from an untrusted issuer or expired fails with
+    UNAUTHENTICATED and a message saying which.
     """
 
     def __init__(self, *, required: bool = True) -> None:
@@ -111,21 +112,19 @@ class IdentityServerInterceptor(grpc.aio.ServerInterceptor):
         rejection: str | None = None
         identity: Identity | None = None
         try:
-            identity = identity_from_pairs(handler_call_details.invocation_metadata or ())  # type: ignore[attr-defined]
+            identity = identity_from_token_pairs(handler_call_details.invocation_metadata or ())  # type: ignore[attr-defined]
         except IdentityError as error:
             rejection = f"{method}: {error}"
         if identity is None and rejection is None and self._required:
-            rejection = f"{method}: caller identity is required (metadata ks-tenant-id and ks-user-id)"
+            rejection = f"{method}: caller identity is required (a signed {TOKEN_KEY} token in the metadata)"
         return _wrap_handler(handler, identity, rejection)
 
 
 def _with_identity(details: grpc.aio.ClientCallDetails, timeout: float) -> grpc.aio.ClientCallDetails:
     metadata = grpc.aio.Metadata(*(details.metadata or ()))
     identity = current_identity()
-    if identity is not None:
-        for key, value in identity.as_pairs():
-            if key not in metadata:
-                metadata.add(key, value)
+    if identity is not None and TOKEN_KEY not in metadata:
+        metadata.add(TOKEN_KEY, authority().issue(identity))
     language = current_language()
     if language and LANGUAGE_KEY not in metadata:
         metadata.add(LANGUAGE_KEY, language)

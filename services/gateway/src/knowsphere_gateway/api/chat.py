@@ -44,6 +44,7 @@ from knowsphere_gateway.api.errors import (
 )
 from knowsphere_gateway.api.protojson import JsonBool, RequestBody
 from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.identity_token import stored_message_identity
 
 StoredEvents = Callable[[str], Awaitable[list[tuple[bytes, dict[str, str]]]]]
 """The events kept for a turn id, oldest first, as (JSON, headers)."""
@@ -142,9 +143,7 @@ def build_chat_router(
         if stored_events is None:
             raise HttpError(501, "not_implemented", "resuming turns needs the events stream (JetStream)")
         stored = await stored_events(turn_id)
-        owner = stored[0][1] if stored else {}
-        mine = (who.identity.tenant_id, who.identity.user_id)
-        if not stored or (owner.get("ks-tenant-id"), owner.get("ks-user-id")) != mine:
+        if not stored or stored_message_identity(stored[0][1]) != who.identity:
             raise HttpError(404, "not_found", f"turn {turn_id} not found")
         return turn_id
 

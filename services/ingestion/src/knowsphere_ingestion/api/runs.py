@@ -22,6 +22,7 @@ from knowsphere_contracts.vocabulary import TERMINAL_STATUSES
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import Document, KnowledgeBase
 from knowsphere_ingestion.settings import Settings
+from knowsphere_ingestion.stages.identity import workflow_token
 from knowsphere_ingestion.workflows import (
     MIGRATION_WORKFLOW_NAME,
     WORKFLOW_NAME,
@@ -63,6 +64,7 @@ class Runs:
             user_id=require_identity().user_id,
             knowledge_base_id=first.knowledge_base_id,
             documents=[DocumentRun(d.id, d.ingest_run_id) for d in documents],
+            identity_token=workflow_token(require_identity()),
             max_attempts=self._settings.activity_max_attempts,
             heartbeat_seconds=self._settings.activity_heartbeat_seconds,
             local_activities=self._settings.local_activities,
@@ -119,6 +121,7 @@ class Runs:
             user_id=require_identity().user_id,
             knowledge_base_id=kb.id,
             to_model_id=to_model_id,
+            identity_token=workflow_token(require_identity()),
             heartbeat_seconds=self._settings.activity_heartbeat_seconds,
         )
         try:

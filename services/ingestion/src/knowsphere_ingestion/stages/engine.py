@@ -22,8 +22,9 @@ from knowsphere_ingestion.domain.records import STAGE_SPAN, Document, KnowledgeB
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.errors import FailureCode, is_permanent, permanent
 from knowsphere_ingestion.stages.failure import fail_one
+from knowsphere_ingestion.stages.identity import job_identity
 from knowsphere_ingestion.workflows import DocumentRun, IngestBatch, IngestInput, StageResult, failure_details
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.identity import bound_identity
 
 PROGRESS_INTERVAL_SECONDS = 1.0
 """Least time between two progress writes of one document within a stage."""
@@ -166,7 +167,7 @@ async def run_stage(
     attempt are passed on untouched; one failing for good is marked failed and drops out while the
     others go on. Any other error is raised once the rest have finished.
     """
-    with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+    with bound_identity(job_identity(batch)):
         kb = await knowledge_base(context, batch)
         status = STAGE_STATUS[stage]
         jobs = batch.jobs()

@@ -38,6 +38,8 @@ class FailureCode(StrEnum):
     GRAPH_FAILED = "graph_failed"
     MIGRATION_INCOMPLETE = "migration_incomplete"
     MIGRATION_FAILED = "migration_failed"
+    UNAUTHENTICATED = "unauthenticated"
+    """The workflow's input carries no identity token that verifies for the tenant and user it names."""
 
 
 Code: TypeAlias = FailureCode | ParseErrorCode

@@ -10,8 +10,9 @@ import structlog
 from knowsphere_contracts.vocabulary import DocumentStatus, IngestionStage
 from knowsphere_ingestion.domain.records import Failure
 from knowsphere_ingestion.stages.context import StageContext
+from knowsphere_ingestion.stages.identity import job_identity
 from knowsphere_ingestion.workflows import FailInput, IngestInput
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.identity import bound_identity
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +24,7 @@ async def fail_documents(context: StageContext, failed: FailInput) -> None:
         stage: IngestionStage | None = IngestionStage(failed.stage)
     except ValueError:  # a stage this build does not know: the failure is recorded without one
         stage = None
-    with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+    with bound_identity(job_identity(batch)):
         for job in batch.jobs():
             await fail_one(context, job, stage, failed.code, failed.reason, failed.attempts)
 

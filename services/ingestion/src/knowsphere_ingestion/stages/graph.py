@@ -20,6 +20,7 @@ from knowsphere_ingestion.domain.records import Document, Failure
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.engine import Stage, current_documents, gather_outcomes
 from knowsphere_ingestion.stages.errors import FailureCode, from_service, permanent
+from knowsphere_ingestion.stages.identity import job_identity
 from knowsphere_ingestion.stages.liveness import beat
 from knowsphere_ingestion.stages.retrieval_messages import document_message, entity_message, relation_message
 from knowsphere_ingestion.workflows import (
@@ -29,7 +30,7 @@ from knowsphere_ingestion.workflows import (
     StageResult,
     failure_details,
 )
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.identity import bound_identity
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +47,7 @@ async def extract_graph(context: StageContext, batch: IngestBatch) -> StageResul
     A document whose extraction fails for good becomes ready with a warning; an error a retry may fix
     is raised once the others are done, so the retry redoes only the rest.
     """
-    with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+    with bound_identity(job_identity(batch)):
         found = await current_documents(context, batch)
         current = [
             (job, found[job.document_id])
@@ -75,7 +76,7 @@ async def extract_graph(context: StageContext, batch: IngestBatch) -> StageResul
 async def finish_graph(context: StageContext, outcome: GraphOutcome) -> None:
     """After the graph stage gave up: the documents still in it become ready with the reason."""
     batch = outcome.batch
-    with bound_identity(Identity(batch.tenant_id, batch.user_id)):
+    with bound_identity(job_identity(batch)):
         for job in batch.jobs():
             await _make_ready(context, job, outcome.failure_code, outcome.failure_reason)
 

@@ -18,10 +18,11 @@ from knowsphere_contracts.vocabulary import DocumentStatus, MigrationState
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.embed import document_vectors
 from knowsphere_ingestion.stages.errors import FailureCode, from_service, retryable
+from knowsphere_ingestion.stages.identity import job_identity
 from knowsphere_ingestion.stages.liveness import beat
 from knowsphere_ingestion.stages.retrieval_messages import chunk_message, configure_knowledge_base
 from knowsphere_ingestion.workflows import IngestInput, MigrateInput, MigrationFailure
-from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.identity import bound_identity
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +31,7 @@ SEARCHABLE = (DocumentStatus.READY, DocumentStatus.GRAPH)
 
 async def migrate_embeddings(context: StageContext, job: MigrateInput) -> None:
     """Embeds every searchable document with the target model, then switches retrieval to it."""
-    with bound_identity(Identity(job.tenant_id, job.user_id)):
+    with bound_identity(job_identity(job)):
         kb = await context.store.get_kb(job.tenant_id, job.knowledge_base_id)
         migration = kb.migration if kb is not None else None
         if (
@@ -98,7 +99,7 @@ async def migrate_embeddings(context: StageContext, job: MigrateInput) -> None:
 async def fail_migration(context: StageContext, failed: MigrationFailure) -> None:
     """The migration gave up: it is marked failed with the reason and the new model's vectors go."""
     job = failed.job
-    with bound_identity(Identity(job.tenant_id, job.user_id)):
+    with bound_identity(job_identity(job)):
         kb = await context.store.get_kb(job.tenant_id, job.knowledge_base_id)
         if kb is None or kb.migration is None or kb.migration.to_model_id != job.to_model_id:
             return

@@ -3,8 +3,8 @@ forgotten from ``DocumentsDeleted`` events (both JetStream durable consumers).
 
 A JetStream durable pull consumer (:data:`TURN_COMPLETED_STREAM`, subject
 ``ks.conversation.turn.completed.v1``) hands each event to the :class:`TurnRecorder` found in
-FastStream's context under :data:`TURN_RECORDER`. The asker comes from the event's ``ks-tenant-id`` /
-``ks-user-id`` headers. A completed turn's cited documents get one hit each, keyed by ``turn_id`` in the
+FastStream's context under :data:`TURN_RECORDER`. The asker comes from the event's signed ``ks-identity``
+header. A completed turn's cited documents get one hit each, keyed by ``turn_id`` in the
 same transaction, so an event delivered twice or out of order is applied once. A message is
 acknowledged once applied; a failure (the store away) leaves it to JetStream to deliver again, at most
 ``consumer_max_deliver`` times. ``make asyncapi`` documents this from :func:`build_bus`.

@@ -1,6 +1,6 @@
 """The gRPC face of the memory service, bound from its parts: sessions, long-term items, affinity.
 
-Identity comes from the call's metadata (``ks-tenant-id``, ``ks-user-id``); every part reads and
+Identity comes from the call's signed identity token; every part reads and
 writes only the calling user's memory, so another user's ids behave as unknown. With a modelhub client,
 ``CompactSession`` has the handoff document written by a chat model; without one it uses the
 deterministic extract and says so.
