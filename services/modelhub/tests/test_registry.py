@@ -254,6 +254,27 @@ async def test_update_replaces_or_removes_the_key(registry):
     assert caught.value.field == "api_key"
 
 
+async def test_moving_a_model_to_another_host_needs_its_key_again(registry):
+    created = await registry.create("tenant-a", **chat(provider_id="custom", base_url="https://llm.test/v1"))
+
+    # An attacker with the tenant's admin token points the model at a host of theirs: the stored key
+    # must not follow it there.
+    with pytest.raises(ModelError) as caught:
+        await registry.update("tenant-a", created.id, base_url="https://collector.example/v1")
+    assert caught.value.field == "api_key" and "requires the API key again" in str(caught.value)
+    unchanged = await registry.get("tenant-a", created.id)
+    assert unchanged.base_url == "https://llm.test/v1"
+    assert registry.call_target(unchanged).api_key == SECRET
+
+    # With the key given again (or removed), the move is made; the same host needs nothing new.
+    moved = await registry.update(
+        "tenant-a", created.id, base_url="https://llm2.test/v1", api_key="sk-another-key-000000000000NEWK"
+    )
+    assert registry.call_target(moved).api_key == "sk-another-key-000000000000NEWK"
+    same = await registry.update("tenant-a", created.id, base_url="https://llm2.test/v1/", display_name="x")
+    assert registry.call_target(same).api_key == "sk-another-key-000000000000NEWK"
+
+
 # --- CRUD and tenancy ---------------------------------------------------------------------------------
 
 

@@ -225,6 +225,13 @@ class Registry:
             description=description if description is not None else current.description,
         )
         key = api_key.strip() if api_key is not None else None
+        if changed.base_url != current.base_url and current.api_key_ciphertext is not None and key is None:
+            # The stored key was given for the old host: it is never sent to a new one unasked.
+            raise invalid_field(
+                "api_key",
+                "changing base_url requires the API key again (the stored key was given for "
+                f"{current.base_url or 'the provider default'}); send api_key, or an empty one to drop it",
+            )
         validate_record(
             provider,
             display_name=changed.display_name,
