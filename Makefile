@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-prefix bench-gateway eval-intent local-llm clean help
+	bench-conversation bench-prefix bench-gateway eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
 	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
+	@echo "make chaos    the fault suite alone (tests/chaos): per scenario lost, duplicated, time to recover (JSON lines)"
 
 setup: $(STAMP)
 
@@ -83,6 +84,9 @@ bench-bm25: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(PY) services/ingestion/bench/bench_ingest.py $(DIR) $(BENCH_ARGS)
+
+chaos: $(STAMP)
+	$(PY) -m pytest -s -p no:cacheprovider tests/chaos $(PYTEST_ARGS)
 
 bench-memory: $(STAMP)
 	$(PY) services/memory/bench/bench_memory.py $(BENCH_ARGS)

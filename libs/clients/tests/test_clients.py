@@ -8,7 +8,9 @@ changes, then asked again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,7 +24,9 @@ from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode, ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import ModelHubClient, RetrievalClient, errors
+from knowsphere_contracts.services import CONTRACTS
 from knowsphere_runtime.identity import Identity, bound_identity, bound_language, require_identity
+from knowsphere_runtime.rpc import GrpcServer, bind_service, open_channel
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid
 from knowsphere_runtime.rpc.testing import serving
 
@@ -109,6 +113,57 @@ async def test_an_outage_is_unavailable_and_worth_retrying(connect: Any) -> None
         await client.search("q", ["gone"])
     assert not outage.value.permanent
     assert outage.value.field == ""
+
+
+async def test_a_client_given_an_outage_wait_rides_out_a_peer_that_comes_back(unused_tcp_port: int) -> None:
+    # Nothing listens on the port at first: the peer is down (a restart, a crash being replaced).
+    address = f"127.0.0.1:{unused_tcp_port}"
+    contract = CONTRACTS["retrieval"]
+    server = GrpcServer(
+        name="retrieval-late",
+        bind=address,
+        bindings=[bind_service(contract.descriptor, FakeRetrieval(), pending="")],
+        grace=0.1,
+    )
+
+    async def come_back_later() -> None:
+        await asyncio.sleep(2.0)
+        await server.start()
+
+    channel = open_channel(address, services=[contract.descriptor])
+    patient = RetrievalClient(channel, outage_wait=30.0)
+    impatient = RetrievalClient(channel)
+    try:
+        with bound_identity(ALICE):
+            started = time.monotonic()
+            with pytest.raises(errors.Unavailable):
+                await impatient.search("q", ["kb"])
+            assert time.monotonic() - started < 1.5  # no waiting by default
+            returning = asyncio.create_task(come_back_later())
+            results = await patient.search("q", ["kb"])
+            waited = time.monotonic() - started
+            await returning
+            assert [r.text for r in results.results] == ["acme"] and waited >= 2.0
+            # Only an outage is waited out: a refusal arrives at once.
+            started = time.monotonic()
+            with pytest.raises(errors.InvalidArgument):
+                await patient.search("", ["kb"])
+            assert time.monotonic() - started < 1.0
+    finally:
+        await channel.close()
+        await server.stop(0)
+
+
+async def test_an_outage_longer_than_the_wait_fails_as_unavailable(unused_tcp_port: int) -> None:
+    contract = CONTRACTS["retrieval"]
+    channel = open_channel(f"127.0.0.1:{unused_tcp_port}", services=[contract.descriptor])
+    try:
+        started = time.monotonic()
+        with bound_identity(ALICE), pytest.raises(errors.Unavailable):
+            await RetrievalClient(channel, outage_wait=2.0).search("q", ["kb"])
+        assert 1.0 <= time.monotonic() - started < 6.0
+    finally:
+        await channel.close()
 
 
 async def test_identity_reaches_the_service(connect: Any) -> None:

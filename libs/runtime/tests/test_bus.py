@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import uuid
 
+import grpc
 from faststream.nats import ConsumerConfig, JStream, PullSub
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nats.js.api import RetentionPolicy
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -15,6 +19,8 @@ from pydantic import BaseModel
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, current_identity
 from knowsphere_runtime.identity_token import TokenAuthority
+from knowsphere_runtime.rpc import GrpcServer
+from knowsphere_stack import free_port, start_nats
 
 
 class Ping(BaseModel):
@@ -132,6 +138,47 @@ async def test_a_forged_jetstream_message_is_terminated_not_redelivered(nats_url
         with contextlib.suppress(Exception):
             await broker.config.connection_state.stream.delete_stream(stream)
         await broker.stop()
+
+
+async def test_health_is_not_serving_while_the_bus_is_down_and_the_broker_reconnects(tmp_path):
+    port, monitor = free_port(), free_port()
+    nats_server = start_nats(tmp_path / "nats", port, monitor)
+    broker = build_broker(f"nats://127.0.0.1:{port}", client_name="test")
+    received: asyncio.Queue[str] = asyncio.Queue()
+
+    @broker.subscriber("ks.test.outage.v1")
+    async def handle(message: Ping) -> None:
+        await received.put(message.text)
+
+    server = GrpcServer(name="outage-test", bind="127.0.0.1:0", bindings=[], grace=0.1)
+    await broker.start()
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    health = health_pb2_grpc.HealthStub(channel)
+
+    async def status_becomes(wanted: int, within: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + within
+        while asyncio.get_running_loop().time() < deadline:
+            if (await health.Check(health_pb2.HealthCheckRequest())).status == wanted:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    try:
+        assert await status_becomes(health_pb2.HealthCheckResponse.SERVING, 5)
+        os.kill(nats_server.pid, signal.SIGKILL)  # the bus goes away under the service
+        nats_server.stop()
+        assert await status_becomes(health_pb2.HealthCheckResponse.NOT_SERVING, 10)
+        await asyncio.sleep(3)  # longer than a few reconnect attempts: the client must not give up
+        nats_server = start_nats(tmp_path / "nats", port, monitor)
+        assert await status_becomes(health_pb2.HealthCheckResponse.SERVING, 15)
+        await broker.publish(Ping(text="after the outage"), subject="ks.test.outage.v1")
+        assert await asyncio.wait_for(received.get(), timeout=5) == "after the outage"
+    finally:
+        await channel.close()
+        await server.stop(0)
+        await broker.stop()
+        nats_server.stop()
 
 
 async def test_a_fanout_hands_each_watcher_only_the_events_it_wants() -> None:

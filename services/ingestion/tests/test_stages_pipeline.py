@@ -353,6 +353,22 @@ async def test_a_workflow_input_whose_token_does_not_prove_its_tenant_touches_no
     assert world.progress(run.document_id) == []
 
 
+async def test_a_stage_giving_up_fails_only_the_documents_that_had_not_finished_it(world: World) -> None:
+    done, stuck = await world.add("done.md", guide("done")), await world.add("stuck.md", guide("stuck"))
+    await stage(world, "parse_documents", batch_of(done, stuck))
+    await stage(world, "chunk_documents", batch_of(done))  # an earlier attempt got as far as this one
+
+    result = await world.activities.fail_documents(
+        FailInput(batch_of(done, stuck), "chunk", "stage_failed", "the chunker crashed", 3)
+    )
+
+    assert result.remaining == [done]
+    assert (await world.document(done)).status == DocumentStatus.EMBEDDING
+    failed = await world.document(stuck)
+    assert failed.status == DocumentStatus.FAILED and failed.failure is not None
+    assert (failed.failure.stage, failed.failure.reason) == (IngestionStage.CHUNK, "the chunker crashed")
+
+
 def _zip_with_too_many_members() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

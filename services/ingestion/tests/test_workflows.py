@@ -164,8 +164,9 @@ class FakeActivities:
         await self._called("finish_graph", outcome, None)
 
     @activity.defn(name="fail_documents")
-    async def fail_documents(self, failed: FailInput) -> None:
-        await self._called("fail_documents", failed, None)
+    async def fail_documents(self, failed: FailInput) -> StageResult:
+        # By default none of the batch had finished the stage that gave up: every document failed.
+        return await self._called("fail_documents", failed, StageResult(remaining=[]))
 
     @activity.defn(name="migrate_embeddings")
     async def migrate_embeddings(self, job: MigrateInput) -> None:
@@ -429,6 +430,33 @@ async def test_a_transient_failure_is_retried_up_to_max_attempts_then_fails_the_
     assert failed.input == FailInput(
         batch, "index", "unavailable", "the index does not answer", RETRIED_ATTEMPTS
     )
+
+
+async def test_documents_that_finished_a_stage_before_it_gave_up_go_on_to_the_next(
+    env: WorkflowEnvironment, local_activities: bool
+) -> None:
+    # The embed stage gives up for the batch, but d1 had been embedded by an earlier attempt: the
+    # activity fails only d2 and answers that d1 passed, so d1 is indexed and the run is done.
+    async def d1_passed(failed: FailInput) -> StageResult:
+        return StageResult(remaining=[d for d in failed.batch.documents if d.document_id == "d1"])
+
+    fakes = FakeActivities(
+        embed_chunks=failing_for_good("model_missing", "the embedding model is gone"),
+        fail_documents=d1_passed,
+    )
+
+    result = await ingest(env, fakes, batch_of("d1", "d2", local_activities=local_activities))
+
+    assert result == "done"
+    assert fakes.names() == [
+        "parse_documents",
+        "chunk_documents",
+        "embed_chunks",
+        "fail_documents",
+        "index_chunks",
+    ]
+    assert fakes.calls_to("fail_documents")[0].documents == ["d1", "d2"]
+    assert fakes.calls_to("index_chunks")[0].documents == ["d1"]
 
 
 async def test_a_failing_graph_stage_leaves_the_documents_usable(

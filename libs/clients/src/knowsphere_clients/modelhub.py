@@ -68,8 +68,9 @@ class ModelHubClient(ServiceClient):
         call_timeout: float | None = None,
         cache_seconds: float = 60.0,
         query_cache_size: int = 1024,
+        outage_wait: float = 0.0,
     ) -> None:
-        super().__init__(channel)
+        super().__init__(channel, outage_wait=outage_wait)
         self._embed_timeout = embed_timeout
         self._call_timeout = call_timeout
         self._cache_seconds = cache_seconds

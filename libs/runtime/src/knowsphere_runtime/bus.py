@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
@@ -24,6 +25,7 @@ from faststream import BaseMiddleware
 from faststream.nats import NatsBroker
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 
+from knowsphere_runtime import dependencies
 from knowsphere_runtime.identity import IdentityError, bound_identity, current_identity
 from knowsphere_runtime.identity_token import TOKEN_KEY, authority, identity_from_token_pairs
 
@@ -64,8 +66,23 @@ def build_broker(url: str, *, client_name: str, graceful_timeout: float = 20.0, 
     """A FastStream NATS broker with tracing and identity propagation.
 
     ``graceful_timeout`` is how long, on shutdown, in-flight handlers may run to completion
-    before the connection closes.
+    before the connection closes. A lost connection is retried forever (every second, not the client
+    library's default of giving up after about two minutes), and the process reports the bus down
+    (:mod:`knowsphere_runtime.dependencies`) until it is back.
     """
+    connection = f"nats:{client_name}:{uuid.uuid4().hex[:8]}"
+
+    async def lost() -> None:
+        await dependencies.report(connection, up=False)
+
+    async def back() -> None:  # reconnected, or closed on purpose (nothing to wait for any more)
+        await dependencies.report(connection, up=True)
+
+    options.setdefault("max_reconnect_attempts", -1)
+    options.setdefault("reconnect_time_wait", 1.0)
+    options.setdefault("disconnected_cb", lost)
+    options.setdefault("reconnected_cb", back)
+    options.setdefault("closed_cb", back)
     return NatsBroker(
         url,
         name=client_name,

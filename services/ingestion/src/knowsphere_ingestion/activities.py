@@ -102,8 +102,8 @@ class IngestionActivities:
         await graph.finish_graph(self.context, outcome)
 
     @activity.defn(name="fail_documents")
-    async def fail_documents(self, failed: FailInput) -> None:
-        await failure.fail_documents(self.context, failed)
+    async def fail_documents(self, failed: FailInput) -> StageResult:
+        return await failure.fail_documents(self.context, failed)
 
     @activity.defn(name="migrate_embeddings")
     async def migrate_embeddings(self, job: MigrateInput) -> None:

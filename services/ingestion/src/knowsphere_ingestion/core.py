@@ -51,7 +51,12 @@ def peer_channels(settings: Settings) -> tuple[grpc.aio.Channel, grpc.aio.Channe
 
 
 def peers(
-    settings: Settings, modelhub: grpc.aio.Channel, retrieval: grpc.aio.Channel
+    settings: Settings, modelhub: grpc.aio.Channel, retrieval: grpc.aio.Channel, *, outage_wait: float = 0.0
 ) -> tuple[ModelHubClient, RetrievalClient]:
-    """The clients of modelhub and retrieval over the channels of :func:`peer_channels`."""
-    return ModelHubClient(modelhub, embed_timeout=settings.embed_timeout_seconds), RetrievalClient(retrieval)
+    """The clients of modelhub and retrieval over the channels of :func:`peer_channels`; their calls
+    wait out an outage of either for ``outage_wait`` seconds (the worker's stages do; the API answering
+    a user does not)."""
+    return (
+        ModelHubClient(modelhub, embed_timeout=settings.embed_timeout_seconds, outage_wait=outage_wait),
+        RetrievalClient(retrieval, outage_wait=outage_wait),
+    )

@@ -88,3 +88,9 @@ class Settings(ServiceSettings):
         default=30.0, gt=0, description="a worker silent this long is presumed dead; its stage moves on"
     )
     embed_timeout_seconds: float = Field(default=300.0, gt=0)
+    peer_outage_wait_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="how long a stage's call waits out retrieval or modelhub being unavailable before "
+        "the stage fails (the workflow then retries the stage, up to activity_max_attempts)",
+    )

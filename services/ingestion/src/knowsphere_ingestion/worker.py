@@ -86,7 +86,9 @@ def main() -> None:
     def build() -> list[Component]:
         storage = Storage(settings)
         modelhub_channel, retrieval_channel = peer_channels(settings)
-        modelhub, retrieval = peers(settings, modelhub_channel, retrieval_channel)
+        modelhub, retrieval = peers(
+            settings, modelhub_channel, retrieval_channel, outage_wait=settings.peer_outage_wait_seconds
+        )
         broker = build_broker(
             settings.nats_url,
             client_name=f"{SERVICE_NAME}-worker",

@@ -211,31 +211,36 @@ class IngestDocuments:
 
         batch = job
         graph_enabled = False
-        try:
-            for name, timeout in (
-                ("parse_documents", timedelta(minutes=30)),
-                ("chunk_documents", timedelta(minutes=10)),
-                ("embed_chunks", timedelta(hours=6)),
-                ("index_chunks", timedelta(hours=1)),
-            ):
+        for name, timeout in (
+            ("parse_documents", timedelta(minutes=30)),
+            ("chunk_documents", timedelta(minutes=10)),
+            ("embed_chunks", timedelta(hours=6)),
+            ("index_chunks", timedelta(hours=1)),
+        ):
+            try:
                 # The time limits are per document: a batch gets them once for each of its documents.
                 batch = await renewed(batch)
                 result = await stage(name, batch, timeout * len(batch.documents))
-                batch = replace(batch, documents=result.remaining)
-                graph_enabled = result.graph_enabled
-                if not batch.documents:
-                    return "done"
-        except (ActivityError, ApplicationError) as error:  # local activities raise the cause
-            if isinstance(error.cause, CancelledError):
-                raise
-            code, reason, attempts = failure_details(error)
-            await workflow.execute_activity(
-                "fail_documents",
-                FailInput(batch, self._stage, code, reason, attempts),
-                start_to_close_timeout=timedelta(minutes=10),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
-            )
-            return "failed"
+            except (ActivityError, ApplicationError) as error:  # local activities raise the cause
+                if isinstance(error.cause, CancelledError):
+                    raise
+                code, reason, attempts = failure_details(error)
+                passed = await workflow.execute_activity(
+                    "fail_documents",
+                    FailInput(batch, self._stage, code, reason, attempts),
+                    start_to_close_timeout=timedelta(minutes=10),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+                    result_type=StageResult,
+                )
+                # Documents that had finished the stage before it gave up go on; the rest failed.
+                # (A run recorded before fail_documents answered has no answer: all of it failed.)
+                if passed is None or not passed.remaining:
+                    return "failed"
+                result = passed
+            batch = replace(batch, documents=result.remaining)
+            graph_enabled = result.graph_enabled
+            if not batch.documents:
+                return "done"
         if not graph_enabled:
             return "done"
         self._stage = "graph"

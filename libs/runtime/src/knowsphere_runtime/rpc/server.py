@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.instrumentation.grpc.filters import any_of, negate, service_name
 
+from knowsphere_runtime import dependencies
 from knowsphere_runtime.rpc.identity_interceptors import (
     IDENTITY_EXEMPT_SERVICES,
     IdentityServerInterceptor,
@@ -139,7 +140,9 @@ class GrpcServer:
     """A grpc.aio server with health, reflection, OpenTelemetry and identity interceptors.
 
     ``stop`` marks every service NOT_SERVING first (so load balancers and the gateway stop sending
-    work), then lets in-flight calls finish for up to ``grace`` seconds.
+    work), then lets in-flight calls finish for up to ``grace`` seconds. While a dependency of the
+    process is down (:mod:`knowsphere_runtime.dependencies`, e.g. the NATS connection) every service
+    answers NOT_SERVING too.
     """
 
     def __init__(
@@ -169,6 +172,15 @@ class GrpcServer:
         )
         self.health = health_aio.HealthServicer()
         self.port: int | None = None
+        self._stop_listening: Callable[[], None] | None = None
+
+    async def _set_all(self, status: int) -> None:
+        await self.health.set("", status)  # type: ignore[arg-type]
+        for service in self.service_names:
+            await self.health.set(service, status)  # type: ignore[arg-type]
+
+    async def _dependencies_changed(self, down: frozenset[str]) -> None:
+        await self._set_all(NOT_SERVING if down else SERVING)
 
     @property
     def service_names(self) -> list[str]:
@@ -191,12 +203,13 @@ class GrpcServer:
             raise OSError(f"{self.name}: cannot bind gRPC to {self._bind} (address in use or not allowed)")
         self.port = port
         await self._server.start()
-        await self.health.set("", SERVING)
-        for service in self.service_names:
-            await self.health.set(service, SERVING)
+        await self._set_all(NOT_SERVING if dependencies.down() else SERVING)
+        self._stop_listening = dependencies.listen(self._dependencies_changed)
         return port
 
     async def stop(self, grace: float | None = None) -> None:
+        if self._stop_listening is not None:
+            self._stop_listening()
         await self.health.enter_graceful_shutdown()
         await self._server.stop(self._grace if grace is None else grace)
 

@@ -1,0 +1,203 @@
+"""Retrieval killed while a batch is being indexed and kept down: every document ends ready once it is
+back, none failed, none duplicated.
+
+Everything is a real process: NATS, Temporal, modelhub, the ingestion API and its worker from the
+local stack; retrieval is started by the test itself (same wiring as the stack gives it) so that it
+can be killed by its pid and kept down — the stack's supervisor would restart it at once.
+``KS_CHAOS_OUTAGE_SECONDS`` sets how long it stays down (120 by default). The test prints one JSON
+line per scenario: documents lost, duplicated, failed, and the seconds from retrieval's return to the
+last document ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from knowsphere.ingestion.v1 import ingestion_pb2 as pb
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.rpc import open_channel
+from knowsphere_stack import Stack, StackConfig
+from knowsphere_stack.components import service_env
+
+pytestmark = pytest.mark.chaos
+
+OWNER = Identity(f"chaos-{uuid.uuid4().hex[:8]}", "alice")
+OUTAGE_SECONDS = float(os.environ.get("KS_CHAOS_OUTAGE_SECONDS", "120"))
+DOCUMENTS = 24
+
+
+class Retrieval:
+    """The retrieval service as a process of the test's own."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = config.log_path("retrieval")
+
+    def start(self) -> None:
+        env = {**os.environ, **service_env("retrieval", self.config, identity_dir=self.config.identity_dir)}
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "knowsphere_retrieval"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 120
+        with grpc.insecure_channel(self.config.grpc_addr("retrieval")) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                        return
+                except grpc.RpcError:
+                    pass
+                assert self.process.poll() is None, self.log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "retrieval did not start within 120 s"
+                time.sleep(0.3)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def stack_without_retrieval(
+    tmp_path_factory: pytest.TempPathFactory, identity_keys_dir: Path
+) -> Iterator[tuple[Stack, Retrieval]]:
+    config = StackConfig.with_free_ports(
+        data_dir=tmp_path_factory.mktemp("chaos-stack"),
+        temporal_headless=True,
+        services=["modelhub", "ingestion"],
+        identity_keys_dir=identity_keys_dir,
+        extra_env={"OTEL_TRACES_EXPORTER": "none"},
+    )
+    retrieval = Retrieval(config)
+    with Stack(config) as stack:
+        retrieval.start()
+        try:
+            yield stack, retrieval
+        finally:
+            retrieval.stop()
+
+
+def _document(n: int) -> bytes:
+    lines = [f"# Procedure {n}", ""]
+    lines += [f"Step {i} of procedure {n}: check valve {n}-{i} and record its pressure." for i in range(40)]
+    return "\n\n".join(lines).encode()
+
+
+async def _upload(ingestion: Any, kb_id: str) -> list[str]:
+    async def requests() -> AsyncIterator[pb.UploadDocumentsRequest]:
+        for n in range(DOCUMENTS):
+            data = _document(n)
+            yield pb.UploadDocumentsRequest(
+                header=pb.UploadHeader(
+                    knowledge_base_id=kb_id, file_name=f"p{n}.md", declared_size_bytes=len(data)
+                )
+            )
+            yield pb.UploadDocumentsRequest(chunk=data)
+
+    results = (await ingestion.UploadDocuments(requests())).results
+    return [r.document.id for r in results]
+
+
+async def _documents(ingestion: Any, ids: list[str]) -> list[pb.Document]:
+    return [(await ingestion.GetDocument(pb.GetDocumentRequest(document_id=i))).document for i in ids]
+
+
+def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_without_retrieval) -> None:
+    stack, retrieval = stack_without_retrieval
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
+            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
+        ):
+            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
+            with bound_identity(OWNER):
+                kb = (
+                    await ingestion.CreateKnowledgeBase(
+                        pb.CreateKnowledgeBaseRequest(
+                            name="chaos", chunking=pb.ChunkingConfig(chunk_size_tokens=48)
+                        )
+                    )
+                ).knowledge_base
+                ids = await _upload(ingestion, kb.id)
+                # Kill retrieval as soon as the batch reaches the stages that write to it.
+                deadline = time.monotonic() + 300
+                while True:
+                    statuses = {d.status for d in await _documents(ingestion, ids)}
+                    if statuses & {pb.DOCUMENT_STATUS_EMBEDDING, pb.DOCUMENT_STATUS_INDEXING}:
+                        break
+                    assert pb.DOCUMENT_STATUS_READY not in statuses, "the batch was indexed before the kill"
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+                retrieval.kill()
+                await asyncio.sleep(OUTAGE_SECONDS)
+                during = await _documents(ingestion, ids)
+                failed_during = [d.id for d in during if d.status == pb.DOCUMENT_STATUS_FAILED]
+                await asyncio.to_thread(retrieval.start)
+                back = time.monotonic()
+                while True:
+                    documents = await _documents(ingestion, ids)
+                    finished = [
+                        d
+                        for d in documents
+                        if d.status in (pb.DOCUMENT_STATUS_READY, pb.DOCUMENT_STATUS_FAILED)
+                    ]
+                    if len(finished) == len(ids):
+                        break
+                    assert time.monotonic() - back < 600, [
+                        pb.DocumentStatus.Name(d.status) for d in documents
+                    ]
+                    await asyncio.sleep(0.5)
+                recovered = time.monotonic() - back
+                stats = (
+                    await index.GetIndexStats(rpb.GetIndexStatsRequest(knowledge_base_ids=[kb.id]))
+                ).knowledge_bases[0]
+        chunks = sum(d.chunk_count for d in documents)
+        return {
+            "scenario": "retrieval killed during indexing",
+            "outage_seconds": OUTAGE_SECONDS,
+            "documents": len(ids),
+            "failed_during_outage": len(failed_during),
+            "failed": [d.id for d in documents if d.status == pb.DOCUMENT_STATUS_FAILED],
+            "lost": len(ids) - sum(d.status == pb.DOCUMENT_STATUS_READY for d in documents),
+            "duplicated": stats.chunk_count - chunks,
+            "vectors": sum(e.vector_count for e in stats.embeddings),
+            "lexical": stats.lexical_entry_count,
+            "chunks": chunks,
+            "recovered_seconds": round(recovered, 1),
+        }
+
+    report = asyncio.run(scenario())
+    print(json.dumps({k: v for k, v in report.items() if k != "failed"}))
+    assert report["failed_during_outage"] == 0 and report["failed"] == []
+    assert report["lost"] == 0
+    assert report["chunks"] > DOCUMENTS  # every document has several chunks
+    assert report["duplicated"] == 0
+    assert report["vectors"] == report["lexical"] == report["chunks"]
