@@ -494,6 +494,38 @@ def test_there_are_dev_and_production_overlays_and_the_three_components() -> Non
         assert load_yaml_docs(K8S / "components" / name / "kustomization.yaml")[0]["kind"] == "Component"
 
 
+def test_network_policies_allow_inbound_traffic_only_along_the_configured_peers() -> None:
+    folder = K8S / "components" / "network-policies"
+    policies = [
+        d for d in load_yaml_docs(folder / "network-policies.yaml") if d.get("kind") == "NetworkPolicy"
+    ]
+    # Every KnowSphere pod is covered by a deny-all-inbound policy ...
+    deny = [p for p in policies if not p["spec"].get("ingress")]
+    assert [p["spec"]["podSelector"]["matchLabels"] for p in deny] == [
+        {"app.kubernetes.io/part-of": "knowsphere"}
+    ]
+    assert deny[0]["spec"]["policyTypes"] == ["Ingress"]
+    # ... and each allowing policy opens one pod's one port to exactly the pods configured to call it.
+    callers = {
+        name: {c for c, peers in {**PEERS, "ingestion-worker": PEERS["ingestion"]}.items() if name in peers}
+        for name in SERVICES
+    }
+    allowed: dict[str, tuple[set[str] | None, set[int]]] = {}
+    for policy in policies:
+        if policy in deny:
+            continue
+        target = policy["spec"]["podSelector"]["matchLabels"]["app"]
+        (rule,) = policy["spec"]["ingress"]
+        sources = {s["podSelector"]["matchLabels"]["app"] for s in rule["from"]} if "from" in rule else None
+        allowed[target] = (sources, {p["port"] for p in rule["ports"]})
+    assert allowed.pop("gateway") == (None, {GATEWAY_HTTP_PORT})  # the public HTTP port, from anywhere
+    assert allowed == {name: (callers[name], {GRPC_PORTS[name]}) for name in SERVICES if callers[name]}
+    assert (
+        "../../components/network-policies"
+        in load_yaml_docs(K8S / "overlays" / "production" / "kustomization.yaml")[0]["components"]
+    )
+
+
 # --- built overlays (needs kustomize or kubectl) -----------------------------------------------
 
 

@@ -1,5 +1,6 @@
-"""Retrieval killed while a batch is being indexed and kept down: every document ends ready once it is
-back, none failed, none duplicated.
+"""Faults during ingestion, each by a real process's pid: retrieval killed while a batch is being
+indexed and kept down, NATS stopped (SIGSTOP) for up to a minute. Every document ends ready, none
+failed, none duplicated in the indexes.
 
 Everything is a real process: NATS, Temporal, modelhub, the ingestion API and its worker from the
 local stack; retrieval is started by the test itself (same wiring as the stack gives it) so that it
@@ -129,6 +130,90 @@ async def _documents(ingestion: Any, ids: list[str]) -> list[pb.Document]:
     return [(await ingestion.GetDocument(pb.GetDocumentRequest(document_id=i))).document for i in ids]
 
 
+async def _kb(ingestion: Any, name: str) -> pb.KnowledgeBase:
+    request = pb.CreateKnowledgeBaseRequest(name=name, chunking=pb.ChunkingConfig(chunk_size_tokens=48))
+    return (await ingestion.CreateKnowledgeBase(request)).knowledge_base
+
+
+async def _when_writing(ingestion: Any, ids: list[str]) -> None:
+    """Returns once the batch has reached the stages that write to retrieval."""
+    deadline = time.monotonic() + 300
+    while True:
+        statuses = {d.status for d in await _documents(ingestion, ids)}
+        if statuses & {pb.DOCUMENT_STATUS_EMBEDDING, pb.DOCUMENT_STATUS_INDEXING}:
+            return
+        assert pb.DOCUMENT_STATUS_READY not in statuses, "the batch was indexed before the fault"
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+
+
+async def _all_finished(ingestion: Any, ids: list[str], within: float) -> list[pb.Document]:
+    started = time.monotonic()
+    while True:
+        documents = await _documents(ingestion, ids)
+        ended = (pb.DOCUMENT_STATUS_READY, pb.DOCUMENT_STATUS_FAILED)
+        if all(d.status in ended for d in documents):
+            return documents
+        assert time.monotonic() - started < within, [pb.DocumentStatus.Name(d.status) for d in documents]
+        await asyncio.sleep(0.5)
+
+
+async def _count(index: Any, kb_id: str, documents: list[pb.Document]) -> dict[str, Any]:
+    stats = (await index.GetIndexStats(rpb.GetIndexStatsRequest(knowledge_base_ids=[kb_id]))).knowledge_bases[
+        0
+    ]
+    chunks = sum(d.chunk_count for d in documents)
+    return {
+        "documents": len(documents),
+        "failed": [d.id for d in documents if d.status == pb.DOCUMENT_STATUS_FAILED],
+        "lost": sum(d.status != pb.DOCUMENT_STATUS_READY for d in documents),
+        "duplicated": stats.chunk_count - chunks,
+        "vectors": sum(e.vector_count for e in stats.embeddings),
+        "lexical": stats.lexical_entry_count,
+        "chunks": chunks,
+    }
+
+
+def _assert_nothing_lost(report: dict[str, Any]) -> None:
+    print(json.dumps({k: v for k, v in report.items() if k != "failed"}))
+    assert report["failed"] == [] and report["lost"] == 0
+    assert report["chunks"] > DOCUMENTS  # every document has several chunks
+    assert report["duplicated"] == 0
+    assert report["vectors"] == report["lexical"] == report["chunks"]
+
+
+def test_nats_stopped_during_ingestion_loses_and_duplicates_nothing(stack_without_retrieval) -> None:
+    stack, _ = stack_without_retrieval
+    stopped_for = min(OUTAGE_SECONDS, 60.0)
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
+            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
+        ):
+            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
+            with bound_identity(OWNER):
+                kb = await _kb(ingestion, "chaos-nats")
+                ids = await _upload(ingestion, kb.id)
+                await _when_writing(ingestion, ids)
+                nats_pid = stack.state().component("nats").pid
+                os.kill(nats_pid, signal.SIGSTOP)  # the bus hangs: no answer, no closed connection
+                try:
+                    await asyncio.sleep(stopped_for)
+                finally:
+                    os.kill(nats_pid, signal.SIGCONT)
+                back = time.monotonic()
+                documents = await _all_finished(ingestion, ids, within=600)
+                return {
+                    "scenario": "nats stopped during ingestion",
+                    "outage_seconds": stopped_for,
+                    **await _count(index, kb.id, documents),
+                    "recovered_seconds": round(time.monotonic() - back, 1),
+                }
+
+    _assert_nothing_lost(asyncio.run(scenario()))
+
+
 def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_without_retrieval) -> None:
     stack, retrieval = stack_without_retrieval
 
@@ -139,65 +224,23 @@ def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_witho
         ):
             ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
             with bound_identity(OWNER):
-                kb = (
-                    await ingestion.CreateKnowledgeBase(
-                        pb.CreateKnowledgeBaseRequest(
-                            name="chaos", chunking=pb.ChunkingConfig(chunk_size_tokens=48)
-                        )
-                    )
-                ).knowledge_base
+                kb = await _kb(ingestion, "chaos-retrieval")
                 ids = await _upload(ingestion, kb.id)
-                # Kill retrieval as soon as the batch reaches the stages that write to it.
-                deadline = time.monotonic() + 300
-                while True:
-                    statuses = {d.status for d in await _documents(ingestion, ids)}
-                    if statuses & {pb.DOCUMENT_STATUS_EMBEDDING, pb.DOCUMENT_STATUS_INDEXING}:
-                        break
-                    assert pb.DOCUMENT_STATUS_READY not in statuses, "the batch was indexed before the kill"
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.2)
+                await _when_writing(ingestion, ids)
                 retrieval.kill()
                 await asyncio.sleep(OUTAGE_SECONDS)
                 during = await _documents(ingestion, ids)
-                failed_during = [d.id for d in during if d.status == pb.DOCUMENT_STATUS_FAILED]
                 await asyncio.to_thread(retrieval.start)
                 back = time.monotonic()
-                while True:
-                    documents = await _documents(ingestion, ids)
-                    finished = [
-                        d
-                        for d in documents
-                        if d.status in (pb.DOCUMENT_STATUS_READY, pb.DOCUMENT_STATUS_FAILED)
-                    ]
-                    if len(finished) == len(ids):
-                        break
-                    assert time.monotonic() - back < 600, [
-                        pb.DocumentStatus.Name(d.status) for d in documents
-                    ]
-                    await asyncio.sleep(0.5)
-                recovered = time.monotonic() - back
-                stats = (
-                    await index.GetIndexStats(rpb.GetIndexStatsRequest(knowledge_base_ids=[kb.id]))
-                ).knowledge_bases[0]
-        chunks = sum(d.chunk_count for d in documents)
-        return {
-            "scenario": "retrieval killed during indexing",
-            "outage_seconds": OUTAGE_SECONDS,
-            "documents": len(ids),
-            "failed_during_outage": len(failed_during),
-            "failed": [d.id for d in documents if d.status == pb.DOCUMENT_STATUS_FAILED],
-            "lost": len(ids) - sum(d.status == pb.DOCUMENT_STATUS_READY for d in documents),
-            "duplicated": stats.chunk_count - chunks,
-            "vectors": sum(e.vector_count for e in stats.embeddings),
-            "lexical": stats.lexical_entry_count,
-            "chunks": chunks,
-            "recovered_seconds": round(recovered, 1),
-        }
+                documents = await _all_finished(ingestion, ids, within=600)
+                return {
+                    "scenario": "retrieval killed during indexing",
+                    "outage_seconds": OUTAGE_SECONDS,
+                    "failed_during_outage": sum(d.status == pb.DOCUMENT_STATUS_FAILED for d in during),
+                    **await _count(index, kb.id, documents),
+                    "recovered_seconds": round(time.monotonic() - back, 1),
+                }
 
     report = asyncio.run(scenario())
-    print(json.dumps({k: v for k, v in report.items() if k != "failed"}))
-    assert report["failed_during_outage"] == 0 and report["failed"] == []
-    assert report["lost"] == 0
-    assert report["chunks"] > DOCUMENTS  # every document has several chunks
-    assert report["duplicated"] == 0
-    assert report["vectors"] == report["lexical"] == report["chunks"]
+    assert report["failed_during_outage"] == 0
+    _assert_nothing_lost(report)
