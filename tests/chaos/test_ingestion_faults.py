@@ -175,7 +175,7 @@ async def _count(index: Any, kb_id: str, documents: list[pb.Document]) -> dict[s
 
 
 def _assert_nothing_lost(report: dict[str, Any]) -> None:
-    print(json.dumps({k: v for k, v in report.items() if k != "failed"}))
+    print("\n" + json.dumps({k: v for k, v in report.items() if k != "failed"}))
     assert report["failed"] == [] and report["lost"] == 0
     assert report["chunks"] > DOCUMENTS  # every document has several chunks
     assert report["duplicated"] == 0
@@ -244,3 +244,109 @@ def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_witho
     report = asyncio.run(scenario())
     assert report["failed_during_outage"] == 0
     _assert_nothing_lost(report)
+
+
+def test_modelhub_killed_during_embedding_resumes_without_duplicate_vectors(stack_without_retrieval) -> None:
+    stack, _ = stack_without_retrieval
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
+            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
+        ):
+            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
+            with bound_identity(OWNER):
+                kb = await _kb(ingestion, "chaos-modelhub")
+                ids = await _upload(ingestion, kb.id)
+                await _when_writing(ingestion, ids)
+                # The supervisor starts a new modelhub at once; the worker waits for it.
+                os.kill(stack.state().component("modelhub").pid, signal.SIGKILL)
+                killed = time.monotonic()
+                documents = await _all_finished(ingestion, ids, within=600)
+                return {
+                    "scenario": "modelhub killed during embedding",
+                    **await _count(index, kb.id, documents),
+                    "recovered_seconds": round(time.monotonic() - killed, 1),
+                }
+
+    _assert_nothing_lost(asyncio.run(scenario()))
+
+
+def test_uploads_while_temporal_is_stopped_are_refused_or_ingested_never_half_recorded(
+    stack_without_retrieval,
+) -> None:
+    stack, _ = stack_without_retrieval
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
+            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
+        ):
+            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
+            with bound_identity(OWNER):
+                kb = await _kb(ingestion, "chaos-temporal")
+                temporal = stack.state().component("temporal").pid
+                os.kill(temporal, signal.SIGSTOP)  # the workflow service hangs for 30 s
+                accepted: list[str] = []
+                refused = 0
+                try:
+                    stopped = time.monotonic()
+                    for n in range(3):
+                        data = _document(100 + n)
+                        header = pb.UploadHeader(
+                            knowledge_base_id=kb.id, file_name=f"t{n}.md", declared_size_bytes=len(data)
+                        )
+
+                        async def requests(
+                            header: pb.UploadHeader = header, data: bytes = data
+                        ) -> AsyncIterator[pb.UploadDocumentRequest]:
+                            yield pb.UploadDocumentRequest(header=header)
+                            yield pb.UploadDocumentRequest(chunk=data)
+
+                        try:
+                            uploaded = await ingestion.UploadDocument(requests(), timeout=15)
+                            accepted.append(uploaded.document.id)
+                        except grpc.aio.AioRpcError as error:
+                            assert error.code() in (
+                                grpc.StatusCode.UNAVAILABLE,
+                                grpc.StatusCode.DEADLINE_EXCEEDED,
+                            ), error
+                            refused += 1
+                    await asyncio.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
+                finally:
+                    os.kill(temporal, signal.SIGCONT)
+                back = time.monotonic()
+                # What the knowledge base holds is exactly what was accepted (a refused upload left
+                # nothing), and every accepted document is ingested once Temporal answers again.
+                listed = await ingestion.ListDocuments(pb.ListDocumentsRequest(knowledge_base_id=kb.id))
+                recorded = sorted(d.id for d in listed.documents)
+                # An upload once it is back is ingested as usual.
+                data = _document(200)
+                header = pb.UploadHeader(
+                    knowledge_base_id=kb.id, file_name="after.md", declared_size_bytes=len(data)
+                )
+
+                async def after() -> AsyncIterator[pb.UploadDocumentRequest]:
+                    yield pb.UploadDocumentRequest(header=header)
+                    yield pb.UploadDocumentRequest(chunk=data)
+
+                later = (await ingestion.UploadDocument(after(), timeout=60)).document.id
+                documents = await _all_finished(ingestion, [*recorded, later], within=600)
+                return {
+                    "scenario": "temporal stopped during uploads",
+                    "uploads": 3,
+                    "refused": refused,
+                    "accepted": len(accepted),
+                    "half_recorded": sorted(set(recorded) - set(accepted)),
+                    "missing": sorted(set(accepted) - set(recorded)),
+                    **await _count(index, kb.id, documents),
+                    "recovered_seconds": round(time.monotonic() - back, 1),
+                }
+
+    report = asyncio.run(scenario())
+    print("\n" + json.dumps({k: v for k, v in report.items() if k != "failed"}))
+    assert report["refused"] + report["accepted"] == report["uploads"]
+    assert report["documents"] == report["accepted"] + 1  # the one uploaded after Temporal came back
+    assert report["half_recorded"] == [] and report["missing"] == []
+    assert report["failed"] == [] and report["lost"] == 0 and report["duplicated"] == 0
+    assert report["vectors"] == report["lexical"] == report["chunks"]
