@@ -14,6 +14,7 @@ no token, a read-only token, and malformed or hostile requests are refused in Op
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -91,6 +92,12 @@ class Conversation:
     async def ListAgents(self, request: cpb.ListAgentsRequest, context: grpc.aio.ServicerContext) -> Any:
         return cpb.ListAgentsResponse(agents=self.agents[require_identity().tenant_id])
 
+    cancelled: ClassVar[list[tuple[str, str]]] = []
+
+    async def CancelTurn(self, request: cpb.CancelTurnRequest, context: grpc.aio.ServicerContext) -> Any:
+        self.cancelled.append((require_identity().tenant_id, request.turn_id))
+        return cpb.CancelTurnResponse(cancelled=True)
+
 
 class Ingestion:
     kbs: ClassVar = {ACME.tenant_id: ["kb-contracts", "kb-hr"], GLOBEX.tenant_id: ["kb-globex"]}
@@ -155,6 +162,14 @@ def failing(code: str, message: str) -> Script:
         ]
 
     return script
+
+
+def never_finishing(request: ChatRequested) -> list[ChatTurnEvent]:
+    """A turn that starts answering and then goes on for a long time (a slow model)."""
+    return [
+        ChatTurnEvent(turn_id=request.turn_id, sequence=0, kind=TurnEventKind.STARTED),
+        ChatTurnEvent(turn_id=request.turn_id, sequence=1, kind=TurnEventKind.TEXT_DELTA, text="Once upon"),
+    ]
 
 
 @dataclass
@@ -481,6 +496,42 @@ async def test_a_turn_that_fails_is_an_openai_error_streamed_or_not(
         with pytest.raises(openai.APIError, match="the model is busy"):
             async for _ in stream:
                 pass
+
+
+async def test_a_client_that_stops_reading_a_stream_cancels_its_turn(
+    gateway: Any, tokens: TokenService, listening: Any
+) -> None:
+    Conversation.cancelled.clear()
+    async with api_of(gateway, tokens, never_finishing) as api, listening(api.app) as (host, port):
+        client = openai.AsyncOpenAI(
+            api_key=api.tokens["acme"], base_url=f"http://{host}:{port}/v1", max_retries=0
+        )
+        stream = await client.chat.completions.create(
+            model="knowsphere", messages=[{"role": "user", "content": "Tell me a story"}], stream=True
+        )
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                break  # the first words arrived; the user closes the window
+        await stream.close()
+        await client.close()
+        (asked,) = api.heard.requests
+        for _ in range(50):
+            if Conversation.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        # Cancelled as its asker, before the turn's own timeout (2 s here) would have ended it.
+        assert Conversation.cancelled == [(ACME.tenant_id, asked[1].turn_id)]
+
+
+async def test_a_finished_answer_cancels_nothing(gateway: Any, tokens: TokenService) -> None:
+    Conversation.cancelled.clear()
+    async with api_of(gateway, tokens) as api:
+        async with api.client() as client:
+            await client.chat.completions.create(
+                model="knowsphere", messages=[{"role": "user", "content": "How many days of leave?"}]
+            )
+        await asyncio.sleep(0.2)
+    assert Conversation.cancelled == []
 
 
 async def test_models_list_the_default_and_the_tenants_active_agents(

@@ -18,6 +18,7 @@ Every error on these routes, the gateway's own and the services', is OpenAI's sh
 ``{"error": {"message", "type", "code", "param"}}`` (:class:`OpenAIRoute`).
 """
 
+import asyncio
 import base64
 import json
 import struct
@@ -27,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 import grpc
+import structlog
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -84,6 +86,7 @@ from knowsphere_runtime.bus import Fanout
 from knowsphere_telemetry import attributes
 
 tracer = trace.get_tracer(__name__)
+log = structlog.get_logger(__name__)
 
 
 def _param(location: tuple[Any, ...]) -> str:
@@ -332,15 +335,38 @@ def build_openai_router(
             chosen = [kb.id for kb in listed.knowledge_bases]
         return chosen
 
+    cancelling: set[asyncio.Task[None]] = set()
+
+    async def cancel(who: Caller, turn_id: str) -> None:
+        try:
+            with who.bound():
+                await conversation.cancel_turn(turn_id)
+        except ServiceError as error:
+            log.warning("abandoned turn not cancelled", turn_id=turn_id, error=str(error))
+
     async def turn_events(who: Caller, chat: ChatRequested) -> AsyncIterator[ChatTurnEvent]:
-        """The turn's events, to its final one (an ``error`` ``turn_timeout`` when it falls silent)."""
+        """The turn's events, to its final one (an ``error`` ``turn_timeout`` when it falls silent).
+
+        A client that goes away before the final event cannot come back for the rest (an OpenAI-style
+        answer has no resume), so its turn is cancelled instead of spending the model's tokens.
+        """
+        ended = False
         with tracer.start_as_current_span("gateway.openai.turn") as span:
             span.set_attribute(attributes.TURN_ID, chat.turn_id)
             span.set_attribute(attributes.KNOWLEDGE_BASE_IDS, chat.knowledge_base_ids)
-            async for event in requested_turn_events(bus, events, who, chat, turn_timeout_seconds):
-                if event.error_code:
-                    span.set_attribute(attributes.ERROR_CODE, event.error_code)
-                yield event
+            try:
+                async for event in requested_turn_events(bus, events, who, chat, turn_timeout_seconds):
+                    if event.error_code:
+                        span.set_attribute(attributes.ERROR_CODE, event.error_code)
+                    ended = event.is_final
+                    yield event
+            finally:
+                if not ended:
+                    span.set_attribute(attributes.ERROR_CODE, "client_disconnected")
+                    # A task of its own: this one is being cancelled with the request.
+                    task = asyncio.get_running_loop().create_task(cancel(who, chat.turn_id))
+                    cancelling.add(task)
+                    task.add_done_callback(cancelling.discard)
 
     def document_url(request: Request) -> DocumentUrl:
         base = str(request.base_url).rstrip("/")
