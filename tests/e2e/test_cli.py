@@ -53,8 +53,14 @@ class Ks:
     config: Path
 
     def __call__(
-        self, *args: str, token: str | None = None, url: str | None = None, url_from_env: bool = True
+        self,
+        *args: str,
+        token: str | None = None,
+        url: str | None = None,
+        url_from_env: bool = True,
+        typed: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """``typed``: what the user types at the prompt (stdin)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
         env["KS_CONFIG"] = str(self.config)
         env["COLUMNS"] = "200"  # tables unwrapped, as on a wide terminal
@@ -63,7 +69,13 @@ class Ks:
         if token:
             env["KS_TOKEN"] = token
         return subprocess.run(
-            [str(KS), *args], env=env, capture_output=True, text=True, timeout=KS_TIMEOUT_SECONDS, check=False
+            [str(KS), *args],
+            env=env,
+            input=typed,
+            capture_output=True,
+            text=True,
+            timeout=KS_TIMEOUT_SECONDS,
+            check=False,
         )
 
 
@@ -167,6 +179,31 @@ def test_a_folder_is_ingested_with_failures_listed_and_a_question_cites_its_file
     assert answer.startswith("Employees get 27 days of paid leave a year [[c1]].\n"), answer
     [source] = answer.split("Sources:\n", 1)[1].splitlines()
     assert source.strip().startswith("[c1] handbook.md"), answer  # markdown has no pages
+
+    # An interactive chat: two questions in one session, then /exit.
+    chatted = ks(
+        "chat",
+        "--kb",
+        name,
+        token=admin_token,
+        typed="How many days of annual leave?\nAnd for part-time staff?\n/exit\n",
+    )
+    transcript = ok(chatted)
+    assert transcript.count("Employees get 27 days of paid leave a year [[c1]].") == 2, transcript
+    assert "handbook.md" in transcript, transcript
+    session = chatted.stderr.split("session ", 1)[1].split(";", 1)[0]
+    history = httpx.get(
+        f"{ks.url}/api/v1/sessions/{session}/messages",
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=30,
+    )
+    assert history.status_code == 200, history.text
+    newest_first = [(m["role"], m["content"][0]["text"]) for m in history.json()["messages"]]
+    assert [role for role, _ in newest_first] == ["assistant", "user", "assistant", "user"], history.text
+    assert [text for role, text in newest_first if role == "user"] == [
+        "And for part-time staff?",
+        "How many days of annual leave?",
+    ]
 
     # The same folder again: nothing new is stored, and the answer counts stay the same.
     again = ks("ingest", name, str(folder / "handbook.md"), token=admin_token)
