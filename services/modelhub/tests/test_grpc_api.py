@@ -2,7 +2,8 @@
 
 What a caller notices: errors arrive as gRPC statuses carrying ModelErrorDetail in the caller's
 language; each model call is one span with the GenAI attributes and its retries as events; Decide
-reports which path it used.
+reports which path it used; a provider's error body reaches logs and traces cut short and without the
+API key it may echo.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+import structlog
 from grpc_status import rpc_status
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere_contracts.services import CONTRACTS
-from knowsphere_modelhub.adapters.http import ProviderHttp
+from knowsphere_modelhub.adapters.http import PROVIDER_TEXT_IN_ERRORS, ProviderHttp
 from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.api.grpc import build_binding
@@ -194,3 +196,35 @@ async def test_setting_a_default_answers_the_default_now_in_force(hub):
     )
     assert untyped.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _detail(untyped.value).field == "type"
+
+
+async def test_a_provider_error_echoing_the_key_is_logged_cut_and_without_it(hub, spans):
+    stub, provider = hub
+    echoed = "sk-unit-test-0000001"  # the key _create stores
+    body = {
+        "error": {
+            "message": f"Incorrect API key provided: {echoed}. Sent: Authorization: Bearer {echoed}, "
+            "session: Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+            "trace": "x" * 3000,  # a provider's long answer: not all of it goes to the log
+        }
+    }
+    with bound_identity(TENANT), structlog.testing.capture_logs() as logged:
+        model_id = await _create(stub, "custom", f"{provider.url}/v1", [pb.MODEL_TYPE_KNOWLEDGE_QA])
+        provider.script("/v1/chat/completions", Reply(status=401, json=body))
+        request = pb.ChatStreamRequest(
+            model_id=model_id,
+            messages=[pb.ChatMessage(role=pb.CHAT_ROLE_USER, content=[pb.ContentPart(text="hello")])],
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            [e async for e in stub.ChatStream(request)]
+    assert _detail(raised.value).code == pb.MODEL_ERROR_CODE_AUTHENTICATION_FAILED
+    (line,) = [entry for entry in logged if entry.get("event") == "model call failed"]
+    assert line["detail"].startswith("HTTP 401: ") and "Incorrect API key provided: ***" in line["detail"]
+    assert "Authorization: ***, session: Bearer ***" in line["detail"] and line["detail"].endswith("…")
+    assert len(line["detail"]) <= len("HTTP 401: ") + PROVIDER_TEXT_IN_ERRORS + 1
+    recorded = [str(event.attributes) for span in spans.get_finished_spans() for event in span.events]
+    assert any("HTTP 401: " in event for event in recorded)  # the span's model_error event
+    for where in [str(entry) for entry in logged] + recorded + [str(raised.value.details())]:
+        assert echoed not in where and "eyJhbGci" not in where

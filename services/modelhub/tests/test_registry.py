@@ -28,6 +28,7 @@ from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing
 
 MASTER_KEY = "test-master-key-0123456789abcdef"
+KDF_SALT = b"registry-test-salt"  # a passphrase MASTER_KEY is stretched with the installation's salt
 SECRET = "sk-proj-VerySecretValue0123456789xyzW"
 KB = ModelConsumerKind.KNOWLEDGE_BASE
 AGENT = ModelConsumerKind.AGENT
@@ -88,7 +89,7 @@ async def store(db_path: Path) -> AsyncIterator[SqlModelStore]:
 
 
 def make_registry(store: SqlModelStore, env: Mapping[str, str] | None = None) -> Registry:
-    return Registry(store, KeyRing(MASTER_KEY), PROVIDERS, env or {}, clock=Clock())
+    return Registry(store, KeyRing(MASTER_KEY, salt=KDF_SALT), PROVIDERS, env or {}, clock=Clock())
 
 
 @pytest.fixture

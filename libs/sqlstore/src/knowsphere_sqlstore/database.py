@@ -1,4 +1,8 @@
-"""An async SQLAlchemy engine for SQLite (embedded) or PostgreSQL (production), and shared types."""
+"""An async SQLAlchemy engine for SQLite (embedded) or PostgreSQL (production), and shared types.
+
+A database URL may carry a password: it is used to connect and never shown. ``SqlDatabase.url`` and
+every error :meth:`SqlDatabase.open` raises show it with the password replaced by ``***``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.types import TypeDecorator
+
+from knowsphere_telemetry.redaction import redact_text, redact_url
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 
@@ -53,26 +59,57 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+class StoreOpenError(Exception):
+    """A store could not be opened: the message names the store, its URL (password shown as ``***``)
+    and the cause (its type and message, redacted alike)."""
+
+
+def _password_of(url: str) -> str | None:
+    try:
+        return make_url(url).password
+    except Exception:  # a URL SQLAlchemy cannot parse: redact_text still hides its userinfo
+        return None
+
+
 class SqlDatabase:
     """One engine per store. ``open`` connects and creates the tables of ``metadata`` that are missing."""
 
     def __init__(self, url: str, metadata: MetaData, *, owner: str = "store") -> None:
-        self.url = url
+        self._url = url  # may hold a password: only ever given to the engine
         self._metadata = metadata
         self._owner = owner
         self._engine: AsyncEngine | None = None
         self._reader: Engine | None = None
 
+    @property
+    def url(self) -> str:
+        """The database URL as it may be logged or shown: its password replaced by ``***``."""
+        return redact_url(self._url)
+
     async def open(self) -> None:
-        url = make_url(self.url)
+        """Connect and create the missing tables; :class:`StoreOpenError` when that fails."""
+        try:
+            await self._open()
+        except Exception as error:
+            cause = redact_text(f"{type(error).__name__}: {error}", [_password_of(self._url)])
+            # "from None": a chained cause is printed unredacted wherever the error is logged, and what a
+            # driver puts in its messages is not ours to vouch for; its redacted text is kept here.
+            raise StoreOpenError(f"cannot open {self._owner} at {self.url}: {cause}") from None
+
+    async def _open(self) -> None:
+        url = make_url(self._url)
         on_file = url.get_backend_name() == "sqlite" and bool(url.database) and url.database != ":memory:"
         if on_file:
             Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(self.url)
+        engine = create_async_engine(url)
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        async with engine.begin() as conn:
-            await conn.run_sync(self._create_missing)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(self._create_missing)
+        except BaseException:
+            await engine.dispose()  # no pool left behind by a store that did not open
+            raise
         self._engine = engine
         if on_file:
             # A file's readers need no event-loop driver: see read().

@@ -14,6 +14,7 @@ from knowsphere_modelhub.domain.registry import Registry
 from knowsphere_modelhub.domain.secrets import KeyRing, MasterKeyError, verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.lifecycle import StartupError
+from knowsphere_telemetry.redaction import redact_text
 
 log = structlog.get_logger(__name__)
 
@@ -45,15 +46,16 @@ class ModelHubCore:
         try:
             await self._store.open()  # type: ignore[attr-defined]
         except Exception as error:
-            raise StartupError(
-                f"cannot open the model store at {self._settings.sqlalchemy_url()}: {error}"
-            ) from error
+            # The store's error names its URL with the password as ***; the settings' URL is not shown.
+            raise StartupError(f"cannot open the model store: {redact_text(str(error))}") from None
         try:
             report = await verify_master_key(self._store, self._keyring)  # type: ignore[arg-type]
         except MasterKeyError as error:
             raise StartupError(str(error)) from error
         if report.rotated:
-            log.info("api keys re-encrypted with the current master key", records=report.rotated)
+            log.info("api keys re-encrypted with the current master key and format", records=report.rotated)
+        for model_id, why in report.rejected:
+            log.warning("api key cannot be decrypted and is left as it is", model_id=model_id, reason=why)
         if self._settings.local_embedding_enabled:
             now = datetime.now(UTC)
             for model in BUILTIN_MODELS:

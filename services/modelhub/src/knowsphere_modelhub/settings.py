@@ -1,7 +1,9 @@
 """Settings of the modelhub service (environment variables prefixed ``KS_MODELHUB_``).
 
-``MASTER_KEY`` (no prefix) encrypts provider API keys; ``MASTER_KEY_PREVIOUS`` (comma-separated)
-lists keys that older records may still be encrypted with, for rotation. The egress guard's policy
+``MASTER_KEY`` (no prefix) encrypts provider API keys: 32 random bytes in base64 or base64url
+(``openssl rand -base64 32``), or a passphrase of at least 16 characters, which is stretched with scrypt
+(see :mod:`~knowsphere_modelhub.domain.secrets`). ``MASTER_KEY_PREVIOUS`` (comma-separated) lists keys
+that older records may still be encrypted with, for rotation. The egress guard's policy
 is a nested group: ``KS_MODELHUB_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
 ``KS_MODELHUB_EGRESS__ALLOWED_PORTS='[80,443,8080]'`` …
 """
@@ -22,7 +24,8 @@ class Settings(ServiceSettings):
     master_key: SecretStr = Field(
         validation_alias=AliasChoices("MASTER_KEY", "KS_MODELHUB_MASTER_KEY"),
         min_length=16,
-        description="secret from which the key-encryption key is derived",
+        description="secret from which the key-encryption key is derived: 32 random bytes in base64 "
+        "(HKDF-SHA256) or a passphrase (scrypt with the installation's salt)",
     )
     master_key_previous: str = Field(
         default="",

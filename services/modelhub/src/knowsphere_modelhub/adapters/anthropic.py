@@ -32,7 +32,7 @@ from knowsphere_modelhub.adapters.call_setup import (
     temperature_of,
     unsupported,
 )
-from knowsphere_modelhub.adapters.http import error_from_response, json_text, sse_events
+from knowsphere_modelhub.adapters.http import error_from_response, provider_text, sse_events
 from knowsphere_modelhub.adapters.images import inline_image
 from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 from knowsphere_modelhub.domain.ports import EmbedResult, TokenLogprob
@@ -60,7 +60,10 @@ class AnthropicAdapter(HttpProviderAdapter):
             spec, endpoint, url = self._chat_call(target, **{"anthropic-version": ANTHROPIC_VERSION})
             body = await self._body(spec, target, request)
             async with self._http.stream(endpoint, "POST", url, json_body=body) as stream:
-                async for event in _parse_stream(stream.lines(), include_reasoning=request.include_reasoning):
+                events = _parse_stream(
+                    stream.lines(), include_reasoning=request.include_reasoning, secrets=stream.secrets
+                )
+                async for event in events:
                     yield event
         except ModelError as exc:
             raise stamped(exc, target) from None
@@ -250,7 +253,7 @@ class _Usage:
 
 
 async def _parse_stream(
-    lines: AsyncIterator[str], *, include_reasoning: bool
+    lines: AsyncIterator[str], *, include_reasoning: bool, secrets: tuple[str, ...] = ()
 ) -> AsyncIterator[pb.ChatStreamResponse]:
     usage = _Usage()
     tool_index: dict[int, int] = {}  # content block index → tool call index
@@ -262,10 +265,12 @@ async def _parse_stream(
         try:
             data = json.loads(sse.data)
         except ValueError as exc:
-            raise ModelError(ModelErrorCode.PROVIDER_ERROR, f"unparseable event: {sse.data[:4000]}") from exc
+            raise ModelError(
+                ModelErrorCode.PROVIDER_ERROR, f"unparseable event: {provider_text(sse.data, secrets)}"
+            ) from exc
         kind = data.get("type") or sse.event
         if kind == "error":
-            raise error_from_response(0, json_text(data))
+            raise error_from_response(0, json.dumps(data, ensure_ascii=False), secrets=secrets)
         if kind == "message_start":
             usage.update((data.get("message") or {}).get("usage") or {})
         elif kind == "content_block_start":

@@ -167,4 +167,6 @@ def parse_json_object(text: str, field: str) -> dict[str, Any]:
 
 
 def stamped(error: ModelError, target: CallTarget) -> ModelError:
-    return error.with_target(target.model_id, target.provider_id)
+    """The error stamped with the call's model, and without the call's API key in its detail
+    (whichever path made it: an answer the provider echoed the key in, a message quoting a header)."""
+    return error.with_target(target.model_id, target.provider_id).without(target.api_key)

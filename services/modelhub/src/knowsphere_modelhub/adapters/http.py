@@ -8,8 +8,10 @@
   ``Retry-After``; every retry is an event ``gen_ai.retry`` on the current span. A stream is retried
   only until the first byte of its body has arrived: after that a retry would repeat (and bill)
   output the caller has already seen.
-- A final failure becomes a :class:`ModelError` with one of the friendly codes; the provider's raw
-  answer stays in ``ModelError.detail`` for logs and never reaches the user message.
+- A final failure becomes a :class:`ModelError` with one of the friendly codes; the provider's answer
+  stays in ``ModelError.detail`` for logs and never reaches the user message. It is scrubbed first —
+  the API key the call sent, bearer tokens and URL credentials become ``***`` (a provider may echo
+  them) — then cut to :data:`PROVIDER_TEXT_IN_ERRORS` characters.
 
 Also here: SSE parsing shared by the adapters, and image downloads for providers that take base64
 only, through the platform's egress guard (``knowsphere_egress``: the name resolved once and the
@@ -23,7 +25,7 @@ import asyncio
 import codecs
 import json
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +40,7 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere_egress import EgressClient, EgressError, EgressErrorCode, EgressPolicy, Resolver
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.settings import Settings
+from knowsphere_telemetry.redaction import redact_text
 
 # Span event and attributes of one retry (the standard names where the semantic conventions have one).
 RETRY_EVENT = "gen_ai.retry"
@@ -46,8 +49,13 @@ RETRY_DELAY = "gen_ai.retry.delay_seconds"
 STATUS_CODE = "http.response.status_code"
 ERROR_TYPE = "error.type"
 
-_DETAIL_LIMIT = 4000  # characters of a provider's error body kept in ModelError.detail
+# Characters of a provider's answer (an error body, an unexpected answer) kept in ModelError.detail.
+PROVIDER_TEXT_IN_ERRORS = 500
+# Scrubbing looks this far past the cut, so a key or token that straddles it is still recognised whole.
+_SCRUB_LOOKAHEAD = 256
 _URL_IN_DETAIL = 200  # characters of an image URL kept in a download error
+# Request headers that carry the call's credentials (their values are scrubbed from error details).
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 
 # Why an image download was refused or failed, for ModelError.detail (logs); the user sees the
 # friendly IMAGE_URL_UNREACHABLE message, never these.
@@ -123,15 +131,30 @@ def _has(text: str, markers: tuple[str, ...]) -> bool:
     return any(m in text for m in markers)
 
 
-def error_from_response(status: int, body: str, *, retry_after: float | None = None) -> ModelError:
-    """The friendly error for a failed provider answer.
+def provider_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """A provider's answer as it may go into an error detail (and so into logs and traces): the
+    ``secrets`` (the call's API key), bearer tokens and URL credentials replaced by ``***``, then cut
+    to :data:`PROVIDER_TEXT_IN_ERRORS` characters (``…`` marks a cut)."""
+    given = [secret for secret in secrets if secret]
+    # Scrubbed before it is cut: a key cut in two at the limit would no longer be recognised.
+    window = PROVIDER_TEXT_IN_ERRORS + max([_SCRUB_LOOKAHEAD, *(len(secret) for secret in given)])
+    scrubbed = redact_text(text[:window], given)
+    if len(scrubbed) <= PROVIDER_TEXT_IN_ERRORS and len(text) <= window:
+        return scrubbed
+    return scrubbed[:PROVIDER_TEXT_IN_ERRORS] + "…"
+
+
+def error_from_response(
+    status: int, body: str, *, retry_after: float | None = None, secrets: Iterable[str] = ()
+) -> ModelError:
+    """The friendly error for a failed provider answer; ``body`` goes into the detail through
+    :func:`provider_text` (``secrets``: the credentials the call sent).
 
     ``status`` is the HTTP status, or 0 for an error event inside a stream that started with 200.
     """
     text = body.lower()
-    detail = (
-        f"HTTP {status}: {body[:_DETAIL_LIMIT]}" if status else f"error in stream: {body[:_DETAIL_LIMIT]}"
-    )
+    shown = provider_text(body, secrets)
+    detail = f"HTTP {status}: {shown}" if status else f"error in stream: {shown}"
 
     def err(code: ModelErrorCode) -> ModelError:
         return ModelError(code, detail, retry_after=retry_after, status=status)
@@ -163,7 +186,7 @@ def error_from_response(status: int, body: str, *, retry_after: float | None = N
 
 def error_from_transport(exc: httpx.HTTPError) -> ModelError:
     """The friendly error for a request that got no (complete) answer."""
-    detail = f"{type(exc).__name__}: {exc}"
+    detail = redact_text(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, httpx.TimeoutException):
         return ModelError(ModelErrorCode.TIMEOUT, detail)
     if isinstance(exc, httpx.TransportError):
@@ -177,7 +200,7 @@ def _json_of(response: httpx.Response, endpoint: Endpoint) -> Any:
     except ValueError as exc:
         raise ModelError(
             ModelErrorCode.PROVIDER_ERROR,
-            f"answer is not JSON: {response.text[:_DETAIL_LIMIT]}",
+            f"answer is not JSON: {provider_text(response.text, endpoint.secrets)}",
             provider_id=endpoint.provider_id,
         ) from exc
 
@@ -185,7 +208,7 @@ def _json_of(response: httpx.Response, endpoint: Endpoint) -> Any:
 def _invalid_url(endpoint: Endpoint, url: str, exc: Exception) -> ModelError:
     return ModelError(
         ModelErrorCode.MODEL_UNAVAILABLE,
-        f"invalid URL {url!r} (base URL {endpoint.base_url!r}): {exc}",
+        redact_text(f"invalid URL {url!r} (base URL {endpoint.base_url!r}): {exc}", endpoint.secrets),
         provider_id=endpoint.provider_id,
     )
 
@@ -237,16 +260,38 @@ class Endpoint:
 
     provider_id: str
     base_url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials this endpoint's calls send (``Bearer <key>`` and the key alone, …)."""
+        found: list[str] = []
+        for name, value in self.headers.items():
+            if name.lower() in CREDENTIAL_HEADERS and value:
+                found.append(value)
+                scheme, _, credential = value.partition(" ")
+                if credential and scheme.isalpha():
+                    found.append(credential.strip())
+        return tuple(found)
 
 
 class ResponseStream:
-    """The body of a successful streaming response; its first chunk has already arrived."""
+    """The body of a successful streaming response; its first chunk has already arrived.
 
-    def __init__(self, response: httpx.Response, first: bytes, rest: AsyncIterator[bytes]) -> None:
+    ``secrets`` are the credentials the request sent, for scrubbing error events of the stream.
+    """
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        first: bytes,
+        rest: AsyncIterator[bytes],
+        secrets: tuple[str, ...] = (),
+    ) -> None:
         self.response = response
         self._first = first
         self._rest = rest
+        self.secrets = secrets
 
     async def chunks(self) -> AsyncIterator[bytes]:
         if self._first:
@@ -409,7 +454,7 @@ class ProviderHttp:
                 else:
                     if response.is_success:
                         return _json_of(response, endpoint)
-                    failure = self._status_failure(response, response.text)
+                    failure = self._status_failure(response, response.text, endpoint)
             await self._backoff_or_raise(endpoint, failure, attempt)
             attempt += 1
 
@@ -429,13 +474,13 @@ class ProviderHttp:
                     )
                 except httpx.InvalidURL as exc:
                     raise _invalid_url(endpoint, url, exc) from exc
-                opened = await self._open(client, request)
+                opened = await self._open(client, request, endpoint)
                 if isinstance(opened, _Attempt):
                     failure = opened
                 else:
                     response, first, rest = opened
                     try:
-                        yield ResponseStream(response, first, rest)
+                        yield ResponseStream(response, first, rest, endpoint.secrets)
                     finally:
                         await response.aclose()
                     return
@@ -443,7 +488,7 @@ class ProviderHttp:
             attempt += 1
 
     async def _open(
-        self, client: httpx.AsyncClient, request: httpx.Request
+        self, client: httpx.AsyncClient, request: httpx.Request, endpoint: Endpoint
     ) -> tuple[httpx.Response, bytes, AsyncIterator[bytes]] | _Attempt:
         try:
             response = await client.send(request, stream=True)
@@ -453,7 +498,7 @@ class ProviderHttp:
             if not response.is_success:
                 body = await response.aread()
                 await response.aclose()
-                return self._status_failure(response, body.decode("utf-8", errors="replace"))
+                return self._status_failure(response, body.decode("utf-8", errors="replace"), endpoint)
             rest = response.aiter_bytes()
             first = await anext(rest, b"")
             return response, first, rest
@@ -466,9 +511,12 @@ class ProviderHttp:
     def _transport_failure(self, exc: httpx.HTTPError) -> _Attempt:
         return _Attempt(error_from_transport(exc), _retryable_transport(exc), None, type(exc).__name__)
 
-    def _status_failure(self, response: httpx.Response, body: str) -> _Attempt:
+    def _status_failure(self, response: httpx.Response, body: str, endpoint: Endpoint) -> _Attempt:
         error = error_from_response(
-            response.status_code, body, retry_after=retry_after_seconds(response.headers)
+            response.status_code,
+            body,
+            retry_after=retry_after_seconds(response.headers),
+            secrets=endpoint.secrets,
         )
         # Out of quota, filtered or unauthorised stays so however often it is asked again.
         retryable = _retryable_status(response.status_code) and error.code in (
@@ -521,5 +569,6 @@ class ProviderHttp:
 
 
 def json_text(value: Any) -> str:
-    """Compact JSON for error details."""
-    return json.dumps(value, ensure_ascii=False)[:_DETAIL_LIMIT]
+    """Compact JSON of a provider's answer for an error detail, through :func:`provider_text` (the
+    call's key is taken out of the detail by ``call_setup.stamped``)."""
+    return provider_text(json.dumps(value, ensure_ascii=False))

@@ -14,7 +14,7 @@ from typing import Any
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as pb
 from knowsphere.modelhub.v1.modelhub_enums import FinishReason, ModelErrorCode
-from knowsphere_modelhub.adapters.http import ResponseStream, error_from_response, json_text, sse_events
+from knowsphere_modelhub.adapters.http import ResponseStream, error_from_response, provider_text, sse_events
 from knowsphere_modelhub.domain.errors import ModelError
 
 # Finish reasons outside OpenAI's own names (which are FinishReason's values).
@@ -100,8 +100,9 @@ class _ToolCallIndexer:
 class _ChatState:
     """What one chat answer has said so far: tool calls begun, whether it finished, its usage."""
 
-    def __init__(self, include_reasoning: bool) -> None:
+    def __init__(self, include_reasoning: bool, secrets: tuple[str, ...] = ()) -> None:
         self.include_reasoning = include_reasoning
+        self.secrets = secrets  # the call's credentials, scrubbed from an error event
         self.tools = _ToolCallIndexer()
         self.finished = False
         self.usage: pb.TokenUsage | None = None
@@ -109,7 +110,7 @@ class _ChatState:
     def events(self, chunk: Mapping[str, Any]) -> list[pb.ChatStreamResponse]:
         """Events of one streamed chunk (or of a whole non-streamed completion)."""
         if chunk.get("error"):
-            raise error_from_response(0, json_text(chunk))
+            raise error_from_response(0, json.dumps(chunk, ensure_ascii=False), secrets=self.secrets)
         out: list[pb.ChatStreamResponse] = []
         for choice in (chunk.get("choices") or [])[:1]:
             delta = choice.get("delta") or choice.get("message") or {}
@@ -136,7 +137,7 @@ class _ChatState:
 async def parse_chat_stream(
     stream: ResponseStream, *, include_reasoning: bool
 ) -> AsyncIterator[pb.ChatStreamResponse]:
-    state = _ChatState(include_reasoning)
+    state = _ChatState(include_reasoning, stream.secrets)
     content_type = stream.response.headers.get("content-type", "")
     if "text/event-stream" not in content_type and "json" in content_type:
         # The provider answered without streaming (or with an error object and status 200).
@@ -144,7 +145,9 @@ async def parse_chat_stream(
         try:
             whole = json.loads(body)
         except ValueError as exc:
-            raise ModelError(ModelErrorCode.PROVIDER_ERROR, f"unexpected answer: {body[:4000]}") from exc
+            raise ModelError(
+                ModelErrorCode.PROVIDER_ERROR, f"unexpected answer: {provider_text(body, stream.secrets)}"
+            ) from exc
         for event in state.events(whole):
             yield event
         done = True
@@ -161,7 +164,8 @@ async def parse_chat_stream(
                 chunk = json.loads(data)
             except ValueError as exc:
                 raise ModelError(
-                    ModelErrorCode.PROVIDER_ERROR, f"unparseable stream chunk: {data[:4000]}"
+                    ModelErrorCode.PROVIDER_ERROR,
+                    f"unparseable stream chunk: {provider_text(data, stream.secrets)}",
                 ) from exc
             for event in state.events(chunk):
                 yield event

@@ -383,6 +383,13 @@ class SqlModelStore(SqlDatabase):
         async with self.engine.begin() as conn:
             await conn.execute(statement)
 
+    async def add_setting(self, key: str, value: str) -> str:
+        statement = self.insert(settings).values(key=key, value=value).on_conflict_do_nothing()
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
+            stored = (await conn.execute(select(settings.c.value).where(settings.c.key == key))).scalar()
+        return str(stored)
+
     async def list_api_keys(self) -> builtins.list[StoredKey]:
         query = (
             select(

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
+from knowsphere_telemetry.redaction import REDACTED
 
 GRPC_STATUS: dict[ModelErrorCode, grpc.StatusCode] = {
     ModelErrorCode.IMAGE_URL_UNREACHABLE: grpc.StatusCode.INVALID_ARGUMENT,
@@ -133,6 +134,13 @@ class ModelError(Exception):
         """The same error, stamped with the model it happened on (when the raiser did not know)."""
         self.model_id = self.model_id or model_id
         self.provider_id = self.provider_id or provider_id
+        return self
+
+    def without(self, secret: str | None) -> ModelError:
+        """The same error with ``secret`` (a call's API key) replaced by ``***`` in its detail."""
+        if secret and secret in self.detail:
+            self.detail = self.detail.replace(secret, REDACTED)
+            self.args = (self.detail,)
         return self
 
 

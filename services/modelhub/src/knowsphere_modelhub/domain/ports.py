@@ -34,7 +34,8 @@ class Usage:
 
 @dataclass(frozen=True)
 class StoredKey:
-    """One encrypted API key as the store holds it (for re-encryption after a MASTER_KEY rotation)."""
+    """One encrypted API key as the store holds it, with the row it belongs to (for re-encryption after
+    a MASTER_KEY rotation or a change of ciphertext format)."""
 
     tenant_id: str
     model_id: str
@@ -95,6 +96,10 @@ class ModelStore(Protocol):
     async def get_setting(self, key: str) -> str | None: ...
 
     async def put_setting(self, key: str, value: str) -> None: ...
+
+    async def add_setting(self, key: str, value: str) -> str:
+        """Store ``value`` unless the key has one already; the value in force either way."""
+        ...
 
     async def list_api_keys(self) -> builtins.list[StoredKey]:
         """Every stored API key ciphertext, across all tenants (key rotation only)."""

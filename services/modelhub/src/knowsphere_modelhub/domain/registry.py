@@ -29,7 +29,7 @@ from knowsphere_modelhub.domain.environment import load_environment_models
 from knowsphere_modelhub.domain.errors import ModelError, invalid_field
 from knowsphere_modelhub.domain.ports import ModelReferenced, ModelStore, Page, Usage
 from knowsphere_modelhub.domain.records import CallTarget, ModelParams, ModelRecord
-from knowsphere_modelhub.domain.secrets import KeyRing, SecretError, mask
+from knowsphere_modelhub.domain.secrets import KeyRing, SecretError, SecretScope, mask
 from knowsphere_modelhub.domain.validation import (
     ProviderInfo,
     check_api_key_length,
@@ -98,9 +98,10 @@ class Registry:
         self._builtin_defaults: dict[ModelType, str] = {}
         self._environment = load_environment_models(env or {}, providers, clock())
 
-    def _encrypt_key(self, api_key: str) -> tuple[str, str]:
+    def _encrypt_key(self, api_key: str, tenant_id: str, model_id: str) -> tuple[str, str]:
+        """The key's ciphertext, bound to its record (tenant and model), and its masked hint."""
         check_api_key_length(api_key)
-        return self._keyring.encrypt(api_key), mask(api_key)
+        return self._keyring.encrypt(api_key, SecretScope(tenant_id, model_id)), mask(api_key)
 
     # --- CRUD ---------------------------------------------------------------------------------------
 
@@ -137,10 +138,11 @@ class Registry:
             parameters=params,
             description=description,
         )
-        ciphertext, hint = self._encrypt_key(key) if key else (None, "")
+        model_id = self._new_id()
+        ciphertext, hint = self._encrypt_key(key, tenant_id, model_id) if key else (None, "")
         now = self._clock()
         record = ModelRecord(
-            id=self._new_id(),
+            id=model_id,
             tenant_id=tenant_id,
             display_name=display_name,
             provider_id=provider.id,
@@ -244,7 +246,7 @@ class Registry:
         )
         await self._refuse_breaking_change(tenant_id, current, changed)
         if key is not None:
-            ciphertext, hint = self._encrypt_key(key) if key else (None, "")
+            ciphertext, hint = self._encrypt_key(key, current.tenant_id, current.id) if key else (None, "")
             changed = replace(changed, api_key_ciphertext=ciphertext, api_key_hint=hint)
         changed = replace(changed, update_time=self._clock())
         try:
@@ -380,7 +382,9 @@ class Registry:
             api_key = self._environment.keys[record.id]
         elif record.api_key_ciphertext:
             try:
-                api_key = self._keyring.decrypt(record.api_key_ciphertext)
+                api_key = self._keyring.decrypt(
+                    record.api_key_ciphertext, SecretScope(record.tenant_id, record.id)
+                )
             except SecretError as exc:
                 raise ModelError(
                     ModelErrorCode.PROVIDER_ERROR,
