@@ -7,6 +7,12 @@ Keys (all under the tenant, so deleting a tenant's prefix deletes everything):
 - ``t/<tenant>/kb/<kb>/doc/<doc>/run-<run>/chunks.json``          the chunks
 - ``t/<tenant>/kb/<kb>/doc/<doc>/run-<run>/vectors-<model>-<n>``  vectors of chunk batch n
 
+Each part is an injective encoding of the id (letters, digits, ``_`` and ``-`` as they are; any other
+character as ``.`` and the hex of its UTF-8 bytes, ``.`` itself included), so tenants ``acme:eu``,
+``acme@eu``, ``acme.eu`` and ``acme_eu`` never share a prefix. Keys written before this encoding used
+``_`` for every other character; deletions clear those legacy prefixes too (:func:`kb_prefixes`,
+:func:`document_prefixes`).
+
 Artifacts are plain JSON (vectors as base64 float32), written atomically, so a resumed stage either
 finds a whole artifact or none. They are not flushed to disk one by one: after a power cut a stage may
 find its artifact missing and compute it again, which costs time, never correctness.
@@ -18,26 +24,49 @@ import base64
 import json
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from knowsphere_ingestion.domain.chunking import ChunkDraft
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.storage.blobs import BlobStore
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_KEPT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_LEGACY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _part(value: str) -> str:
-    return _UNSAFE.sub("_", value)
+    """``value`` as one key segment, injectively (never ``..``, never a ``/``)."""
+    return "".join(ch if ch in _KEPT else "".join(f".{b:02x}" for b in ch.encode()) for ch in value)
 
 
-def document_prefix(tenant: str, kb_id: str, document_id: str) -> str:
-    return f"t/{_part(tenant)}/kb/{_part(kb_id)}/doc/{_part(document_id)}/"
+def _legacy_part(value: str) -> str:
+    return _LEGACY_UNSAFE.sub("_", value)
 
 
-def kb_prefix(tenant: str, kb_id: str) -> str:
-    return f"t/{_part(tenant)}/kb/{_part(kb_id)}/"
+def document_prefix(tenant: str, kb_id: str, document_id: str, *, part: Callable[[str], str] = _part) -> str:
+    return f"t/{part(tenant)}/kb/{part(kb_id)}/doc/{part(document_id)}/"
+
+
+def kb_prefix(tenant: str, kb_id: str, *, part: Callable[[str], str] = _part) -> str:
+    return f"t/{part(tenant)}/kb/{part(kb_id)}/"
+
+
+def kb_prefixes(tenant: str, kb_id: str) -> list[str]:
+    """Every prefix a knowledge base's blobs may be under: today's and the legacy encoding's."""
+    return list(dict.fromkeys([kb_prefix(tenant, kb_id), kb_prefix(tenant, kb_id, part=_legacy_part)]))
+
+
+def document_prefixes(tenant: str, kb_id: str, document_id: str) -> list[str]:
+    """Every prefix a document's blobs may be under: today's and the legacy encoding's."""
+    return list(
+        dict.fromkeys(
+            [
+                document_prefix(tenant, kb_id, document_id),
+                document_prefix(tenant, kb_id, document_id, part=_legacy_part),
+            ]
+        )
+    )
 
 
 def file_key(tenant: str, kb_id: str, document_id: str) -> str:

@@ -58,9 +58,10 @@ class DocumentRemoval:
     async def purge(self, document: Document) -> None:
         await self._runs.cancel(document)
         await self._retrieval.delete_document(document.knowledge_base_id, document.id)
-        await self._blobs.delete_prefix(
-            artifacts.document_prefix(document.tenant_id, document.knowledge_base_id, document.id)
-        )
+        for prefix in artifacts.document_prefixes(
+            document.tenant_id, document.knowledge_base_id, document.id
+        ):
+            await self._blobs.delete_prefix(prefix)
         if self.announce is not None:
             # Before the record goes: if announcing fails, the document stays marked for deletion and
             # the reconciler runs the whole purge again, announcing then (consumers apply it once).

@@ -278,7 +278,8 @@ class KnowledgeBases:
             for run_id in sorted({d.ingest_run_id for d in documents}):
                 await self._runs.cancel_run(run_id)  # every document of the run goes with the knowledge base
             await self._retrieval.delete_knowledge_base(kb.id)
-            await self._blobs.delete_prefix(artifacts.kb_prefix(tenant, kb.id))
+            for prefix in artifacts.kb_prefixes(tenant, kb.id):
+                await self._blobs.delete_prefix(prefix)
             if self._announce is not None and every:
                 try:
                     await self._announce(kb.id, [d.id for d in every])
