@@ -9,7 +9,6 @@ import json
 import os
 import zipfile
 from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +28,8 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import ChunkingSettings, Document, KnowledgeBase, Migration
+from knowsphere_ingestion.parsing.budget import BudgetedParser
+from knowsphere_ingestion.parsing.limits import ParseLimits
 from knowsphere_ingestion.stages.identity import workflow_token
 from knowsphere_ingestion.storage.blobs import BlobStore, build_blob_store
 from knowsphere_ingestion.workflows import (
@@ -162,7 +163,7 @@ class World:
     modelhub: ModelHub
     retrieval: Retrieval
     events: list[Event]
-    parse_threads: ThreadPoolExecutor
+    parser: BudgetedParser
     activities: IngestionActivities = field(init=False)
 
     def __post_init__(self) -> None:
@@ -181,7 +182,7 @@ class World:
             retrieval=self.retrieval,  # type: ignore[arg-type]
             batcher=EmbedBatcher(self.modelhub, batch_size=8, max_wait=0.0),  # type: ignore[arg-type]
             publish=publish,
-            parse_executor=self.parse_threads,
+            parser=self.parser,
             index_batch_size=4,
             vectors_per_artifact=2,
         )
@@ -277,8 +278,10 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     blob_root = tmp_path / "blobs"
     blobs = build_blob_store(str(blob_root))
     await blobs.start()
-    with ThreadPoolExecutor(max_workers=1) as parse_threads:
-        yield World(store, blobs, blob_root, ModelHub(), Retrieval(), [], parse_threads)
+    parser = BudgetedParser(ParseLimits(), processes=1)
+    await parser.start()
+    yield World(store, blobs, blob_root, ModelHub(), Retrieval(), [], parser)
+    await parser.stop()
     await blobs.close()
     await store.close()
 

@@ -31,6 +31,8 @@ DOCUMENT_DUPLICATE: Final = "ks.document.duplicate"
 DOCUMENT_PAGES: Final = "ks.document.pages"
 DOCUMENT_BLOCKS: Final = "ks.document.blocks"
 DOCUMENT_COUNT: Final = "ks.document.count"
+PARSE_PEAK_RSS_BYTES: Final = "ks.parse.peak_rss_bytes"
+PARSE_CPU_SECONDS: Final = "ks.parse.cpu_seconds"
 
 # --- ingestion stages ------------------------------------------------------------------------------
 INGESTION_STAGE: Final = "ks.ingestion.stage"

@@ -8,7 +8,6 @@ the worker's dependencies to the activity names the workflows call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import Any
 
 from temporalio import activity
@@ -16,6 +15,7 @@ from temporalio import activity
 from knowsphere_clients import ModelHubClient, RetrievalClient
 from knowsphere_ingestion.adapters.batching import EmbedBatcher, WriteBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.parsing.budget import BudgetedParser
 from knowsphere_ingestion.stages import chunk, embed, failure, graph, index, migrate, parse
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.events import DocumentEvents, Publish
@@ -45,7 +45,7 @@ class IngestionActivities:
         retrieval: RetrievalClient,
         batcher: EmbedBatcher,
         publish: Publish,
-        parse_executor: Executor,
+        parser: BudgetedParser,
         index_batch_size: int = 128,
         vectors_per_artifact: int = 64,
     ) -> None:
@@ -59,7 +59,7 @@ class IngestionActivities:
             infos=WriteBatcher(retrieval.put_document_infos, batch_size=index_batch_size),
             artifacts=RunArtifacts(blobs, vectors_per_artifact=vectors_per_artifact),
             events=DocumentEvents(publish),
-            parse_executor=parse_executor,
+            parser=parser,
             index_batch_size=index_batch_size,
         )
 

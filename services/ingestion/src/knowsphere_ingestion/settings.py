@@ -8,9 +8,11 @@ and the object store, and each uses the parts it needs.
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from knowsphere_ingestion.parsing.limits import ParseLimits
 from knowsphere_runtime.settings import ServiceSettings
 
 MIB = 1024 * 1024
+_PARSE_LIMITS = ParseLimits()
 
 
 class Settings(ServiceSettings):
@@ -65,7 +67,42 @@ class Settings(ServiceSettings):
     # Workers.
     worker_max_concurrent_workflows: int = Field(default=64, ge=1)
     worker_max_concurrent_activities: int = Field(default=64, ge=1)
-    parse_threads: int = Field(default=2, ge=1, description="threads parsing files beside the event loop")
+    # Parsing: each document in a child process of its own, within a budget (parsing/budget.py); a
+    # document over a budget fails at once, its reason naming the setting.
+    parse_processes: int = Field(
+        default=2, ge=1, description="documents a worker parses at once, each in a child process"
+    )
+    parse_cpu_seconds: float = Field(
+        default=_PARSE_LIMITS.cpu_seconds,
+        gt=0,
+        description="CPU time of one parse (whole seconds, rounded up)",
+    )
+    parse_memory_bytes: int = Field(
+        default=_PARSE_LIMITS.memory_bytes,
+        ge=512 * MIB,
+        description="address space of the process parsing one document (RLIMIT_AS)",
+    )
+    parse_wall_seconds: float = Field(
+        default=_PARSE_LIMITS.wall_seconds,
+        gt=0,
+        description="elapsed time after which a parse is killed; under the parse activity's 30 minutes",
+    )
+    parse_max_ocr_pages: int = Field(
+        default=_PARSE_LIMITS.max_ocr_pages, ge=0, description="pages or frames one document may have OCR'd"
+    )
+    parse_max_output_chars: int = Field(
+        default=_PARSE_LIMITS.max_output_chars,
+        ge=1,
+        description="characters of text one parsed document may hold",
+    )
+    parse_max_xml_bytes: int = Field(
+        default=_PARSE_LIMITS.max_xml_bytes,
+        ge=1,
+        description="decompressed size of one XML part of an Office file",
+    )
+    parse_max_image_pixels: int = Field(
+        default=_PARSE_LIMITS.max_image_pixels, ge=1, description="pixels of one image frame"
+    )
     embed_batch_size: int = Field(default=32, ge=1, le=256, description="texts per Embed call")
     embed_batch_wait_ms: int = Field(
         default=50, ge=0, description="how long the embed batcher waits to fill a batch across documents"
@@ -94,3 +131,15 @@ class Settings(ServiceSettings):
         description="how long a stage's call waits out retrieval or modelhub being unavailable before "
         "the stage fails (the workflow then retries the stage, up to activity_max_attempts)",
     )
+
+    def parse_limits(self) -> ParseLimits:
+        """The budget of one parse, from the ``parse_*`` settings."""
+        return ParseLimits(
+            cpu_seconds=self.parse_cpu_seconds,
+            memory_bytes=self.parse_memory_bytes,
+            wall_seconds=self.parse_wall_seconds,
+            max_ocr_pages=self.parse_max_ocr_pages,
+            max_output_chars=self.parse_max_output_chars,
+            max_xml_bytes=self.parse_max_xml_bytes,
+            max_image_pixels=self.parse_max_image_pixels,
+        )

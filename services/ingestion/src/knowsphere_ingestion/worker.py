@@ -1,8 +1,9 @@
 """The ingestion workers: ``python -m knowsphere_ingestion.worker`` runs IngestDocuments and its activities.
 
 Workers scale apart from the gRPC API (run as many as the embedding and parsing load needs); they share
-its database and object store and take work from the Temporal task queue. Parsing runs on a thread
-pool beside the event loop, so heartbeats and progress keep flowing while a large PDF is read.
+its database and object store and take work from the Temporal task queue. Each file is parsed in a
+child process of its own within the parse budget (``parsing/budget.py``), so heartbeats and progress
+keep flowing while a large PDF is read, and a hostile file cannot keep the worker's memory or a parser.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import structlog
@@ -23,6 +23,7 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
 from knowsphere_ingestion.api.bus import build_bus
 from knowsphere_ingestion.core import Storage, peer_channels, peers
+from knowsphere_ingestion.parsing.budget import BudgetedParser
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.workflows import IngestDocuments, MigrateEmbeddings
 from knowsphere_runtime.bus import build_broker
@@ -98,6 +99,7 @@ def main() -> None:
         broker.include_router(bus.publishers)  # the workers publish document events
         broker.include_router(bus.model_changes)  # and drop cached model facts when a model changes
         broker.context.set_global(MODELHUB, modelhub)
+        parser = BudgetedParser(settings.parse_limits(), processes=settings.parse_processes)
         activities = IngestionActivities(
             store=storage.store,
             blobs=storage.blobs,
@@ -110,9 +112,7 @@ def main() -> None:
                 max_in_flight=settings.embed_calls_in_flight,
             ),
             publish=bus.publish,
-            parse_executor=ThreadPoolExecutor(
-                max_workers=settings.parse_threads, thread_name_prefix="ingestion-parse"
-            ),
+            parser=parser,
             index_batch_size=settings.index_batch_size,
         )
         temporal = TemporalConnection(
@@ -125,6 +125,7 @@ def main() -> None:
             storage,
             BrokerComponent(broker),
             temporal,
+            parser,  # started before the worker polls, stopped after it
             WorkerComponent(temporal, settings, activities),
         ]
 

@@ -79,7 +79,18 @@ def ocr_available() -> bool:
 
 
 def recognize(image: Image.Image) -> list[OcrLine]:
-    """Recognise the text lines of an image, in reading order (top to bottom, then left to right)."""
+    """Recognise the text lines of an image, in reading order (top to bottom, then left to right).
+
+    An image over Pillow's pixel limit (``Image.MAX_IMAGE_PIXELS``, which the parse's process sets to
+    ``ParseLimits.max_image_pixels``) raises ``Image.DecompressionBombError`` before it is converted or
+    scaled, which would allocate copies of it.
+    """
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and image.width * image.height > limit:
+        raise Image.DecompressionBombError(
+            f"{image.width}x{image.height} = {image.width * image.height} pixels, over the limit of "
+            f"{limit} pixels"
+        )
     engine = _load_engine()
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         # Transparent pixels become white, not black, so dark text on a transparent canvas stays visible.

@@ -12,8 +12,10 @@ their cells come out as lines of text.
 PDFium is not thread-safe, so every call into it holds one module lock; OCR runs outside it.
 
 A page whose text layer has fewer than ``MIN_TEXT_CHARS_PER_PAGE`` usable characters is treated as
-scanned: it is rendered and read by OCR (see ``ocr.py``). Without an OCR engine the page keeps whatever
-text it has and its number is listed in ``metadata["ocr_missing_pages"]``.
+scanned: it is rendered and read by OCR (see ``ocr.py``). Every page's text layer is read first, so a
+document with more scanned pages than ``ParseLimits.max_ocr_pages`` is refused before OCR starts. Without
+an OCR engine the page keeps whatever text it has and its number is listed in
+``metadata["ocr_missing_pages"]``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing import ocr
 from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
+from knowsphere_ingestion.parsing.limits import ParseLimits, setting
 
 # A document with more pages than this is refused before any page is read.
 DEFAULT_MAX_PAGES = 2000
@@ -117,7 +120,10 @@ class _Paragraph:
         return joined.strip()
 
 
-def parse_pdf(data: bytes, file_name: str, *, max_pages: int = DEFAULT_MAX_PAGES) -> ParsedDocument:
+def parse_pdf(
+    data: bytes, file_name: str, limits: ParseLimits | None = None, *, max_pages: int = DEFAULT_MAX_PAGES
+) -> ParsedDocument:
+    limits = ParseLimits() if limits is None else limits
     with _PDFIUM_LOCK:
         document = _open(data, file_name)
         page_count = len(document)
@@ -130,17 +136,33 @@ def parse_pdf(data: bytes, file_name: str, *, max_pages: int = DEFAULT_MAX_PAGES
             )
         if page_count == 0:
             raise ParseError(f"{file_name} has no pages", code=ParseErrorCode.EMPTY_DOCUMENT)
+        # Every page's text layer first: how many pages need OCR is known (and refused when over the
+        # limit) before the first one is read by OCR.
+        page_lines: list[list[_Line]] = []
+        for index in range(page_count):
+            with _PDFIUM_LOCK:
+                page_lines.append(_read_lines(document, index, file_name))
+        scanned = [i for i, lines in enumerate(page_lines) if _usable_chars(lines) < MIN_TEXT_CHARS_PER_PAGE]
+        can_ocr = bool(scanned) and ocr.ocr_available()
+        if can_ocr and len(scanned) > limits.max_ocr_pages:
+            raise ParseError(
+                f"{file_name} has {len(scanned)} pages without a text layer to read by OCR, over the limit "
+                f"of {limits.max_ocr_pages} pages per document ({setting('max_ocr_pages')})",
+                code=ParseErrorCode.TOO_MANY_OCR_PAGES,
+            )
         paragraphs: list[_Paragraph] = []
         ocr_pages: list[int] = []
         ocr_missing: list[int] = []
-        for index in range(page_count):
+        for index, lines in enumerate(page_lines):
             page_number = index + 1
-            with _PDFIUM_LOCK:
-                lines, scan = _read_page(document, index, file_name)
             if _usable_chars(lines) >= MIN_TEXT_CHARS_PER_PAGE:
                 paragraphs.extend(_paragraphs(lines, page_number))
                 continue
-            recognised = _recognise(scan) if scan is not None else None
+            recognised = None
+            if can_ocr:
+                with _PDFIUM_LOCK:
+                    scan = _render(document, index, file_name)
+                recognised = _recognise(scan, file_name, limits)
             if recognised is None:
                 ocr_missing.append(page_number)
                 paragraphs.extend(_paragraphs(lines, page_number))
@@ -174,28 +196,35 @@ def parse_pdf(data: bytes, file_name: str, *, max_pages: int = DEFAULT_MAX_PAGES
     )
 
 
-def _read_page(
-    document: pdfium.PdfDocument, index: int, file_name: str
-) -> tuple[list[_Line], Image.Image | None]:
-    """A page's text lines and, when it has too little text and OCR is available, its rendering to OCR."""
+def _page(document: pdfium.PdfDocument, index: int, file_name: str) -> pdfium.PdfPage:
     try:
-        page = document[index]
+        return document[index]
     except pdfium.PdfiumError as exc:
         raise ParseError(
             f"{file_name}: page {index + 1} cannot be read: {exc}", code=ParseErrorCode.CORRUPT_FILE
         ) from exc
+
+
+def _read_lines(document: pdfium.PdfDocument, index: int, file_name: str) -> list[_Line]:
+    """A page's text lines."""
+    page = _page(document, index, file_name)
     try:
-        lines = _page_lines(page)
-        if _usable_chars(lines) >= MIN_TEXT_CHARS_PER_PAGE or not ocr.ocr_available():
-            return lines, None
+        return _page_lines(page)
+    finally:
+        page.close()
+
+
+def _render(document: pdfium.PdfDocument, index: int, file_name: str) -> Image.Image:
+    """A page rendered for OCR, its longer side at most ``MAX_OCR_RENDER_SIDE`` pixels."""
+    page = _page(document, index, file_name)
+    try:
         width, height = page.get_size()
         scale = min(OCR_DPI / 72, MAX_OCR_RENDER_SIDE / max(width, height, 1))
         bitmap = page.render(scale=scale)
         try:
-            image = bitmap.to_pil().copy()  # the copy owns its pixels once the bitmap is closed
+            return bitmap.to_pil().copy()  # the copy owns its pixels once the bitmap is closed
         finally:
             bitmap.close()
-        return lines, image
     finally:
         page.close()
 
@@ -445,12 +474,18 @@ def _blocks(paragraphs: list[_Paragraph]) -> list[Block]:
     return blocks
 
 
-def _recognise(image: Image.Image) -> list[str] | None:
+def _recognise(image: Image.Image, file_name: str, limits: ParseLimits) -> list[str] | None:
     """The paragraphs OCR reads on a rendered page, or None when OCR is not available here."""
     try:
         return ocr.paragraphs(ocr.recognize(image))
     except ocr.OcrUnavailable:
         return None
+    except Image.DecompressionBombError as exc:  # a rendering is at most MAX_OCR_RENDER_SIDE² pixels
+        raise ParseError(
+            f"{file_name}: a page rendered for OCR has {image.width}x{image.height} pixels, over the limit "
+            f"of {limits.max_image_pixels} pixels ({setting('max_image_pixels')})",
+            code=ParseErrorCode.DECOMPRESSION_BOMB,
+        ) from exc
 
 
 def _visible_chars(text: str) -> int:

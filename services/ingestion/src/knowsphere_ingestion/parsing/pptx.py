@@ -18,12 +18,13 @@ from pptx.shapes.group import GroupShape
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
+from knowsphere_ingestion.parsing.limits import ParseLimits
 from knowsphere_ingestion.parsing.ooxml import check_ooxml_archive
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
 
 
-def parse_pptx(data: bytes, file_name: str) -> ParsedDocument:
-    check_ooxml_archive(data, file_name)
+def parse_pptx(data: bytes, file_name: str, limits: ParseLimits | None = None) -> ParsedDocument:
+    check_ooxml_archive(data, file_name, limits)
     try:
         presentation = Presentation(io.BytesIO(data))
         blocks, slide_count = _read_slides(presentation)

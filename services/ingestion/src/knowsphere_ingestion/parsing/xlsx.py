@@ -14,12 +14,13 @@ import openpyxl
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.parsing.errors import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
+from knowsphere_ingestion.parsing.limits import ParseLimits
 from knowsphere_ingestion.parsing.ooxml import check_ooxml_archive
 from knowsphere_ingestion.parsing.table import normalize_rows, render_markdown_table
 
 
-def parse_xlsx(data: bytes, file_name: str) -> ParsedDocument:
-    check_ooxml_archive(data, file_name)
+def parse_xlsx(data: bytes, file_name: str, limits: ParseLimits | None = None) -> ParsedDocument:
+    check_ooxml_archive(data, file_name, limits)
     blocks: list[Block] = []
     try:
         workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)

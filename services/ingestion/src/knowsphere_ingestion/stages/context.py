@@ -6,13 +6,13 @@ their own between calls.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients import ModelHubClient, RetrievalClient
 from knowsphere_ingestion.adapters.batching import EmbedBatcher, WriteBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.parsing.budget import BudgetedParser
 from knowsphere_ingestion.stages.events import DocumentEvents
 from knowsphere_ingestion.stages.run_artifacts import RunArtifacts
 from knowsphere_ingestion.storage.blobs import BlobStore
@@ -32,7 +32,7 @@ class StageContext:
     """Writes the metadata of documents finishing their index stage together."""
     artifacts: RunArtifacts
     events: DocumentEvents
-    parse_executor: Executor
-    """Threads parsing files beside the event loop."""
+    parser: BudgetedParser
+    """Parses each file in a child process of its own, within the parse budget."""
     index_batch_size: int
     """Chunks per IndexChunks call."""

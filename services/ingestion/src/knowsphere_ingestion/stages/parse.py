@@ -1,8 +1,9 @@
 """The parse stage: the uploaded file becomes a structured document (text, headings, tables, pages).
 
-Files are parsed on the worker's parse threads; images get a VLM description when the tenant has a
-vision model, audio is transcribed by its speech model. The parsed document is the stage's artifact: a
-resumed stage reuses it instead of parsing again.
+Each file is parsed in a child process of its own, within the parse budget (``parsing/budget.py``); a
+file over a budget, or whose parser process dies, fails at once, for good. Images get a VLM description
+when the tenant has a vision model, audio is transcribed by its speech model. The parsed document is
+the stage's artifact: a resumed stage reuses it instead of parsing again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from knowsphere_contracts.vocabulary import IngestionStage
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_ingestion.domain.records import STAGE_SPAN, Document, Failure, KnowledgeBase
 from knowsphere_ingestion.formats import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
-from knowsphere_ingestion.parsing import ParseError, ParseErrorCode, parse
+from knowsphere_ingestion.parsing import ParseError, ParseErrorCode
 from knowsphere_ingestion.parsing.language import guess_language
 from knowsphere_ingestion.stages.context import StageContext
 from knowsphere_ingestion.stages.engine import Done, Stage, run_stage
@@ -93,17 +94,21 @@ async def _parse(context: StageContext, document: Document, data: bytes) -> Pars
     extension = PurePath(document.file_name).suffix.lower()
     if extension in AUDIO_EXTENSIONS:
         return await _transcribe(context, document, data)
-    loop = asyncio.get_running_loop()
     with tracer.start_as_current_span("ingestion.parse_file") as span:
         span.set_attribute(attr.DOCUMENT_ID, document.id)
         span.set_attribute(attr.FILE_EXTENSION, extension)
         span.set_attribute(attr.FILE_SIZE_BYTES, len(data))
+        parsing = asyncio.ensure_future(context.parser.parse(data, document.file_name, document.content_type))
         try:
-            parsed = await heartbeating(
-                loop.run_in_executor(
-                    context.parse_executor, parse, data, document.file_name, document.content_type
-                )
-            )
+            outcome = await heartbeating(parsing)
+        except asyncio.CancelledError:
+            parsing.cancel()  # kills the parse's process (heartbeating leaves the work it awaits running)
+            raise
+        if outcome.usage is not None:
+            span.set_attribute(attr.PARSE_PEAK_RSS_BYTES, outcome.usage.peak_rss_bytes)
+            span.set_attribute(attr.PARSE_CPU_SECONDS, outcome.usage.cpu_seconds)
+        try:
+            parsed = outcome.result()
         except ParseError as error:
             raise permanent(error.code, str(error)) from error
         span.set_attribute(attr.DOCUMENT_PAGES, parsed.page_count)
