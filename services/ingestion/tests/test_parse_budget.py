@@ -41,7 +41,7 @@ from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
 from knowsphere_ingestion.domain.records import ChunkingSettings, Document, KnowledgeBase
-from knowsphere_ingestion.parsing.budget import BudgetedParse, BudgetedParser
+from knowsphere_ingestion.parsing.budget import IN_PROCESS_MAX_BYTES, BudgetedParse, BudgetedParser
 from knowsphere_ingestion.parsing.limits import MIB, ParseLimits, setting
 from knowsphere_ingestion.settings import Settings
 from knowsphere_ingestion.stages.identity import workflow_token
@@ -57,9 +57,11 @@ needs_ocr = pytest.mark.skipif(
 
 
 @contextlib.asynccontextmanager
-async def budgeted(limits: ParseLimits) -> AsyncIterator[BudgetedParser]:
-    """A started parser with ``limits``, one document at a time, stopped on exit."""
-    parser = BudgetedParser(limits, processes=1)
+async def budgeted(limits: ParseLimits, *, in_process_max_bytes: int = 0) -> AsyncIterator[BudgetedParser]:
+    """A started parser with ``limits``, one document at a time, stopped on exit; every file in a child
+    (plain text too, unless ``in_process_max_bytes`` says otherwise), so a plain parse is the baseline a
+    child's usage is compared with."""
+    parser = BudgetedParser(limits, processes=1, in_process_max_bytes=in_process_max_bytes)
     await parser.start()
     try:
         yield parser
@@ -302,6 +304,23 @@ async def test_an_office_file_declaring_xml_entities_is_refused_and_their_text_n
         "refused so that no entity's text or referenced file is read into the document"
     )
     assert "INTERNALSECRET" not in reason
+
+
+async def test_a_small_plain_text_file_is_parsed_without_a_child_and_a_large_one_in_a_child() -> None:
+    async with budgeted(ParseLimits(), in_process_max_bytes=IN_PROCESS_MAX_BYTES) as parser:
+        await _small_in_process_large_in_a_child(parser)
+
+
+async def _small_in_process_large_in_a_child(parser: BudgetedParser) -> None:
+    small = await parser.parse(b"# Leave\n\nEmployees get 27 days of leave.\n", "leave.md")
+    assert small.usage is None and "27 days" in small.result().text  # no child started for it
+    large_text = ("Employees get 27 days of leave. " * 10_000).encode()  # 320 KB
+    large = await parser.parse(large_text, "leave.txt")
+    assert large.usage is not None and large.usage.cpu_seconds >= 0  # a child parsed it
+    assert "27 days" in large.result().text
+    # Formats that can expand always go to a child, however small.
+    html = await parser.parse(b"<html><body><p>27 days</p></body></html>", "leave.html")
+    assert html.usage is not None
 
 
 async def test_a_parse_over_its_cpu_budget_is_stopped_and_the_next_document_parses() -> None:
