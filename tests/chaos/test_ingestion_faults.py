@@ -21,12 +21,12 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
@@ -35,6 +35,7 @@ from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc import open_channel
 from knowsphere_stack import Stack, StackConfig
 from knowsphere_stack.components import service_env
+from knowsphere_stack.health import grpc_health_status
 
 pytestmark = pytest.mark.chaos
 
@@ -59,17 +60,10 @@ class Retrieval:
                 [sys.executable, "-m", "knowsphere_retrieval"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + 120
-        with grpc.insecure_channel(self.config.grpc_addr("retrieval")) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                        return
-                except grpc.RpcError:
-                    pass
-                assert self.process.poll() is None, self.log.read_text()[-3000:]
-                assert time.monotonic() < deadline, "retrieval did not start within 120 s"
-                time.sleep(0.3)
+        while grpc_health_status(self.config.grpc_addr("retrieval")) != "SERVING":
+            assert self.process.poll() is None, self.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "retrieval did not start within 120 s"
+            time.sleep(0.3)
 
     def kill(self) -> None:
         assert self.process is not None
@@ -130,6 +124,17 @@ async def _documents(ingestion: Any, ids: list[str]) -> list[pb.Document]:
     return [(await ingestion.GetDocument(pb.GetDocumentRequest(document_id=i))).document for i in ids]
 
 
+@asynccontextmanager
+async def owners_clients(stack: Stack) -> AsyncIterator[tuple[Any, Any]]:
+    """Stubs of ingestion and retrieval, called as the scenario's tenant."""
+    async with (
+        open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
+        open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
+    ):
+        with bound_identity(OWNER):
+            yield CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
+
+
 async def _kb(ingestion: Any, name: str) -> pb.KnowledgeBase:
     request = pb.CreateKnowledgeBaseRequest(name=name, chunking=pb.ChunkingConfig(chunk_size_tokens=48))
     return (await ingestion.CreateKnowledgeBase(request)).knowledge_base
@@ -187,29 +192,24 @@ def test_nats_stopped_during_ingestion_loses_and_duplicates_nothing(stack_withou
     stopped_for = min(OUTAGE_SECONDS, 60.0)
 
     async def scenario() -> dict[str, Any]:
-        async with (
-            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
-            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
-        ):
-            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
-            with bound_identity(OWNER):
-                kb = await _kb(ingestion, "chaos-nats")
-                ids = await _upload(ingestion, kb.id)
-                await _when_writing(ingestion, ids)
-                nats_pid = stack.state().component("nats").pid
-                os.kill(nats_pid, signal.SIGSTOP)  # the bus hangs: no answer, no closed connection
-                try:
-                    await asyncio.sleep(stopped_for)
-                finally:
-                    os.kill(nats_pid, signal.SIGCONT)
-                back = time.monotonic()
-                documents = await _all_finished(ingestion, ids, within=600)
-                return {
-                    "scenario": "nats stopped during ingestion",
-                    "outage_seconds": stopped_for,
-                    **await _count(index, kb.id, documents),
-                    "recovered_seconds": round(time.monotonic() - back, 1),
-                }
+        async with owners_clients(stack) as (ingestion, index):
+            kb = await _kb(ingestion, "chaos-nats")
+            ids = await _upload(ingestion, kb.id)
+            await _when_writing(ingestion, ids)
+            nats_pid = stack.state().component("nats").pid
+            os.kill(nats_pid, signal.SIGSTOP)  # the bus hangs: no answer, no closed connection
+            try:
+                await asyncio.sleep(stopped_for)
+            finally:
+                os.kill(nats_pid, signal.SIGCONT)
+            back = time.monotonic()
+            documents = await _all_finished(ingestion, ids, within=600)
+            return {
+                "scenario": "nats stopped during ingestion",
+                "outage_seconds": stopped_for,
+                **await _count(index, kb.id, documents),
+                "recovered_seconds": round(time.monotonic() - back, 1),
+            }
 
     _assert_nothing_lost(asyncio.run(scenario()))
 
@@ -218,28 +218,23 @@ def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_witho
     stack, retrieval = stack_without_retrieval
 
     async def scenario() -> dict[str, Any]:
-        async with (
-            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
-            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
-        ):
-            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
-            with bound_identity(OWNER):
-                kb = await _kb(ingestion, "chaos-retrieval")
-                ids = await _upload(ingestion, kb.id)
-                await _when_writing(ingestion, ids)
-                retrieval.kill()
-                await asyncio.sleep(OUTAGE_SECONDS)
-                during = await _documents(ingestion, ids)
-                await asyncio.to_thread(retrieval.start)
-                back = time.monotonic()
-                documents = await _all_finished(ingestion, ids, within=600)
-                return {
-                    "scenario": "retrieval killed during indexing",
-                    "outage_seconds": OUTAGE_SECONDS,
-                    "failed_during_outage": sum(d.status == pb.DOCUMENT_STATUS_FAILED for d in during),
-                    **await _count(index, kb.id, documents),
-                    "recovered_seconds": round(time.monotonic() - back, 1),
-                }
+        async with owners_clients(stack) as (ingestion, index):
+            kb = await _kb(ingestion, "chaos-retrieval")
+            ids = await _upload(ingestion, kb.id)
+            await _when_writing(ingestion, ids)
+            retrieval.kill()
+            await asyncio.sleep(OUTAGE_SECONDS)
+            during = await _documents(ingestion, ids)
+            await asyncio.to_thread(retrieval.start)
+            back = time.monotonic()
+            documents = await _all_finished(ingestion, ids, within=600)
+            return {
+                "scenario": "retrieval killed during indexing",
+                "outage_seconds": OUTAGE_SECONDS,
+                "failed_during_outage": sum(d.status == pb.DOCUMENT_STATUS_FAILED for d in during),
+                **await _count(index, kb.id, documents),
+                "recovered_seconds": round(time.monotonic() - back, 1),
+            }
 
     report = asyncio.run(scenario())
     assert report["failed_during_outage"] == 0
@@ -250,24 +245,19 @@ def test_modelhub_killed_during_embedding_resumes_without_duplicate_vectors(stac
     stack, _ = stack_without_retrieval
 
     async def scenario() -> dict[str, Any]:
-        async with (
-            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
-            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
-        ):
-            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
-            with bound_identity(OWNER):
-                kb = await _kb(ingestion, "chaos-modelhub")
-                ids = await _upload(ingestion, kb.id)
-                await _when_writing(ingestion, ids)
-                # The supervisor starts a new modelhub at once; the worker waits for it.
-                os.kill(stack.state().component("modelhub").pid, signal.SIGKILL)
-                killed = time.monotonic()
-                documents = await _all_finished(ingestion, ids, within=600)
-                return {
-                    "scenario": "modelhub killed during embedding",
-                    **await _count(index, kb.id, documents),
-                    "recovered_seconds": round(time.monotonic() - killed, 1),
-                }
+        async with owners_clients(stack) as (ingestion, index):
+            kb = await _kb(ingestion, "chaos-modelhub")
+            ids = await _upload(ingestion, kb.id)
+            await _when_writing(ingestion, ids)
+            # The supervisor starts a new modelhub at once; the worker waits for it.
+            os.kill(stack.state().component("modelhub").pid, signal.SIGKILL)
+            killed = time.monotonic()
+            documents = await _all_finished(ingestion, ids, within=600)
+            return {
+                "scenario": "modelhub killed during embedding",
+                **await _count(index, kb.id, documents),
+                "recovered_seconds": round(time.monotonic() - killed, 1),
+            }
 
     _assert_nothing_lost(asyncio.run(scenario()))
 
@@ -278,70 +268,65 @@ def test_uploads_while_temporal_is_stopped_are_refused_or_ingested_never_half_re
     stack, _ = stack_without_retrieval
 
     async def scenario() -> dict[str, Any]:
-        async with (
-            open_channel(stack.grpc_addr("ingestion"), services=[CONTRACTS["ingestion"].descriptor]) as i,
-            open_channel(stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]) as r,
-        ):
-            ingestion, index = CONTRACTS["ingestion"].stub(i), CONTRACTS["retrieval"].stub(r)
-            with bound_identity(OWNER):
-                kb = await _kb(ingestion, "chaos-temporal")
-                temporal = stack.state().component("temporal").pid
-                os.kill(temporal, signal.SIGSTOP)  # the workflow service hangs for 30 s
-                accepted: list[str] = []
-                refused = 0
-                try:
-                    stopped = time.monotonic()
-                    for n in range(3):
-                        data = _document(100 + n)
-                        header = pb.UploadHeader(
-                            knowledge_base_id=kb.id, file_name=f"t{n}.md", declared_size_bytes=len(data)
-                        )
+        async with owners_clients(stack) as (ingestion, index):
+            kb = await _kb(ingestion, "chaos-temporal")
+            temporal = stack.state().component("temporal").pid
+            os.kill(temporal, signal.SIGSTOP)  # the workflow service hangs for 30 s
+            accepted: list[str] = []
+            refused = 0
+            try:
+                stopped = time.monotonic()
+                for n in range(3):
+                    data = _document(100 + n)
+                    header = pb.UploadHeader(
+                        knowledge_base_id=kb.id, file_name=f"t{n}.md", declared_size_bytes=len(data)
+                    )
 
-                        async def requests(
-                            header: pb.UploadHeader = header, data: bytes = data
-                        ) -> AsyncIterator[pb.UploadDocumentRequest]:
-                            yield pb.UploadDocumentRequest(header=header)
-                            yield pb.UploadDocumentRequest(chunk=data)
+                    async def requests(
+                        header: pb.UploadHeader = header, data: bytes = data
+                    ) -> AsyncIterator[pb.UploadDocumentRequest]:
+                        yield pb.UploadDocumentRequest(header=header)
+                        yield pb.UploadDocumentRequest(chunk=data)
 
-                        try:
-                            uploaded = await ingestion.UploadDocument(requests(), timeout=15)
-                            accepted.append(uploaded.document.id)
-                        except grpc.aio.AioRpcError as error:
-                            assert error.code() in (
-                                grpc.StatusCode.UNAVAILABLE,
-                                grpc.StatusCode.DEADLINE_EXCEEDED,
-                            ), error
-                            refused += 1
-                    await asyncio.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
-                finally:
-                    os.kill(temporal, signal.SIGCONT)
-                back = time.monotonic()
-                # What the knowledge base holds is exactly what was accepted (a refused upload left
-                # nothing), and every accepted document is ingested once Temporal answers again.
-                listed = await ingestion.ListDocuments(pb.ListDocumentsRequest(knowledge_base_id=kb.id))
-                recorded = sorted(d.id for d in listed.documents)
-                # An upload once it is back is ingested as usual.
-                data = _document(200)
-                header = pb.UploadHeader(
-                    knowledge_base_id=kb.id, file_name="after.md", declared_size_bytes=len(data)
-                )
+                    try:
+                        uploaded = await ingestion.UploadDocument(requests(), timeout=15)
+                        accepted.append(uploaded.document.id)
+                    except grpc.aio.AioRpcError as error:
+                        assert error.code() in (
+                            grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                        ), error
+                        refused += 1
+                await asyncio.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
+            finally:
+                os.kill(temporal, signal.SIGCONT)
+            back = time.monotonic()
+            # What the knowledge base holds is exactly what was accepted (a refused upload left
+            # nothing), and every accepted document is ingested once Temporal answers again.
+            listed = await ingestion.ListDocuments(pb.ListDocumentsRequest(knowledge_base_id=kb.id))
+            recorded = sorted(d.id for d in listed.documents)
+            # An upload once it is back is ingested as usual.
+            data = _document(200)
+            header = pb.UploadHeader(
+                knowledge_base_id=kb.id, file_name="after.md", declared_size_bytes=len(data)
+            )
 
-                async def after() -> AsyncIterator[pb.UploadDocumentRequest]:
-                    yield pb.UploadDocumentRequest(header=header)
-                    yield pb.UploadDocumentRequest(chunk=data)
+            async def after() -> AsyncIterator[pb.UploadDocumentRequest]:
+                yield pb.UploadDocumentRequest(header=header)
+                yield pb.UploadDocumentRequest(chunk=data)
 
-                later = (await ingestion.UploadDocument(after(), timeout=60)).document.id
-                documents = await _all_finished(ingestion, [*recorded, later], within=600)
-                return {
-                    "scenario": "temporal stopped during uploads",
-                    "uploads": 3,
-                    "refused": refused,
-                    "accepted": len(accepted),
-                    "half_recorded": sorted(set(recorded) - set(accepted)),
-                    "missing": sorted(set(accepted) - set(recorded)),
-                    **await _count(index, kb.id, documents),
-                    "recovered_seconds": round(time.monotonic() - back, 1),
-                }
+            later = (await ingestion.UploadDocument(after(), timeout=60)).document.id
+            documents = await _all_finished(ingestion, [*recorded, later], within=600)
+            return {
+                "scenario": "temporal stopped during uploads",
+                "uploads": 3,
+                "refused": refused,
+                "accepted": len(accepted),
+                "half_recorded": sorted(set(recorded) - set(accepted)),
+                "missing": sorted(set(accepted) - set(recorded)),
+                **await _count(index, kb.id, documents),
+                "recovered_seconds": round(time.monotonic() - back, 1),
+            }
 
     report = asyncio.run(scenario())
     print("\n" + json.dumps({k: v for k, v in report.items() if k != "failed"}))

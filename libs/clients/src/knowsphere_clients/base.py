@@ -40,9 +40,7 @@ class ServiceClient:
         self._stub = CONTRACTS[self.service].stub(channel)
         self._outage_wait = outage_wait
 
-    async def _waited_out(
-        self, error: Unavailable | Exception, method: str, started: float, attempt: int
-    ) -> bool:
+    async def _waited_out(self, error: Exception, method: str, started: float, attempt: int) -> bool:
         """Sleeps before the next attempt when ``error`` is an outage still within ``outage_wait``."""
         if not isinstance(error, Unavailable):
             return False
