@@ -85,10 +85,12 @@ async def conversation(nats_url: str) -> AsyncIterator[tuple[Any, Gate]]:
 async def _ask(nats_url: str, turn_ids: list[str]) -> dict[str, list[ChatTurnEvent]]:
     client = await nats.connect(nats_url)
     events: dict[str, list[ChatTurnEvent]] = {t: [] for t in turn_ids}
+    subjects: dict[str, set[str]] = {t: set() for t in turn_ids}
     finals = asyncio.Event()
 
     async def on_event(message: Any) -> None:
         event = ChatTurnEvent.model_validate_json(message.data)
+        subjects[event.turn_id].add(message.subject)
         events[event.turn_id].append(event)
         if all(e and e[-1].is_final for e in events.values()):
             finals.set()
@@ -100,6 +102,8 @@ async def _ask(nats_url: str, turn_ids: list[str]) -> dict[str, list[ChatTurnEve
         await client.publish(ChatRequested.subject, request.model_dump_json().encode(), headers=headers)
     await asyncio.wait_for(finals.wait(), timeout=30)
     await client.close()
+    # Every event went out on the subject of the caller's tenant and its turn, nowhere else.
+    assert subjects == {t: {ChatTurnEvent.subject_for(CALLER.tenant_id, t)} for t in turn_ids}
     return events
 
 

@@ -55,7 +55,8 @@ async def bus_with_conversation(
             tenants.append(require_identity().tenant_id)
             for event in script(request):
                 await broker.publish(
-                    event.model_dump(mode="json"), subject=ChatTurnEvent.subject_for(event.turn_id)
+                    event.model_dump(mode="json"),
+                    subject=ChatTurnEvent.subject_for(require_identity().tenant_id, event.turn_id),
                 )
 
     async with TestNatsBroker(broker):

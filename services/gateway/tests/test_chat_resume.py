@@ -23,7 +23,7 @@ from knowsphere_runtime.identity import Identity
 from knowsphere_runtime.identity_token import token_headers
 from knowsphere_runtime.streams import CHAT_EVENTS, read_subject
 
-OWNER = token_headers(Identity("t1", "u1"))  # the gateway tests' default caller
+OWNER = Identity("t1", "u1")  # the gateway tests' default caller
 
 
 @pytest.fixture
@@ -35,13 +35,14 @@ async def js(nats_url: str) -> AsyncIterator[JetStreamContext]:
     await client.close()
 
 
-async def store(
-    js: JetStreamContext, turn_id: str, kinds: list[TurnEventKind], headers: dict[str, str]
-) -> None:
+async def store(js: JetStreamContext, turn_id: str, kinds: list[TurnEventKind], who: Identity) -> None:
+    """Stores the events of ``who``'s turn as conversation publishes them (its tenant's subject)."""
     for sequence, kind in enumerate(kinds):
         event = ChatTurnEvent(turn_id=turn_id, sequence=sequence, kind=kind, text=f"e{sequence}")
         await js.publish(
-            ChatTurnEvent.subject_for(turn_id), event.model_dump_json().encode(), headers=headers
+            ChatTurnEvent.subject_for(who.tenant_id, turn_id),
+            event.model_dump_json().encode(),
+            headers=token_headers(who),
         )
 
 
@@ -56,8 +57,8 @@ def sequences(text: str) -> list[tuple[str, str]]:
 async def app_with(gateway: Any, js: JetStreamContext, events: Fanout[ChatTurnEvent], **context: Any) -> Any:
     return await gateway(
         chat_events=events,
-        stored_turn_events=lambda turn_id: read_subject(
-            js, CHAT_EVENTS_STREAM, ChatTurnEvent.subject_for(turn_id)
+        stored_turn_events=lambda tenant_id, turn_id: read_subject(
+            js, CHAT_EVENTS_STREAM, ChatTurnEvent.subject_for(tenant_id, turn_id)
         ),
         **context,
     )
@@ -110,17 +111,15 @@ async def test_a_running_turn_resumes_with_stored_then_live_events_each_once(
 async def test_another_users_turn_and_an_unknown_turn_are_not_found(
     gateway: Any, client: Any, js: JetStreamContext
 ) -> None:
-    await store(
-        js,
-        "turn-theirs",
-        [TurnEventKind.STARTED, TurnEventKind.COMPLETED],
-        token_headers(Identity("t2", "u9")),
-    )
+    finished = [TurnEventKind.STARTED, TurnEventKind.COMPLETED]
+    await store(js, "turn-theirs", finished, Identity("t2", "u9"))
+    await store(js, "turn-colleague", finished, Identity("t1", "u2"))
     app = await app_with(gateway, js, Fanout())
     async with client(app) as http:
         theirs = await http.get("/api/v1/chat/turns/turn-theirs/events")
+        colleague = await http.get("/api/v1/chat/turns/turn-colleague/events")
         unknown = await http.get("/api/v1/chat/turns/no-such-turn/events")
-    for response in (theirs, unknown):
+    for response in (theirs, colleague, unknown):
         assert response.status_code == 404, response.text
         assert response.json()["error"]["code"] == "not_found"
     assert "turn-theirs" in theirs.json()["error"]["message"]

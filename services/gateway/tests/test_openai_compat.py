@@ -214,7 +214,8 @@ async def api_of(gateway: Any, tokens: TokenService, script: Script = cited_answ
         heard.requests.append((require_identity().tenant_id, request))
         for event in script(request):
             await broker.publish(
-                event.model_dump(mode="json"), subject=ChatTurnEvent.subject_for(event.turn_id)
+                event.model_dump(mode="json"),
+                subject=ChatTurnEvent.subject_for(require_identity().tenant_id, event.turn_id),
             )
 
     modelhub = ModelHub()

@@ -34,7 +34,7 @@ from knowsphere_gateway.api.bus import GatewayBus, build_bus
 from knowsphere_gateway.api.limits import Limits
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.bus import Fanout, build_broker
-from knowsphere_runtime.identity import Identity
+from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.identity_token import token_headers
 from knowsphere_runtime.streams import CHAT_REQUESTS
 
@@ -146,13 +146,16 @@ async def answered_turns() -> AsyncIterator[tuple[GatewayBus, Fanout[ChatTurnEve
     @broker.subscriber(ChatRequested.subject, stream=CHAT_REQUESTS)
     async def conversation(request: ChatRequested) -> None:
         done = ChatTurnEvent(turn_id=request.turn_id, sequence=0, kind=TurnEventKind.COMPLETED)
-        await broker.publish(done.model_dump(mode="json"), subject=ChatTurnEvent.subject_for(done.turn_id))
+        await broker.publish(
+            done.model_dump(mode="json"),
+            subject=ChatTurnEvent.subject_for(require_identity().tenant_id, done.turn_id),
+        )
 
     async with TestNatsBroker(broker):
         yield bus, events
 
 
-async def stored_turn_events(turn_id: str) -> list[tuple[bytes, dict[str, str]]]:
+async def stored_turn_events(tenant_id: str, turn_id: str) -> list[tuple[bytes, dict[str, str]]]:
     final = ChatTurnEvent(turn_id=turn_id, sequence=0, kind=TurnEventKind.COMPLETED)
     owner = token_headers(ADMIN)
     return (

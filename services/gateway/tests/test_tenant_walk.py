@@ -171,8 +171,9 @@ class TenantScoped:
         return unary
 
 
-async def stored_turn_events(turn_id: str) -> list[tuple[bytes, dict[str, str]]]:
-    if turn_id != "turn-a":
+async def stored_turn_events(tenant_id: str, turn_id: str) -> list[tuple[bytes, dict[str, str]]]:
+    # As the events stream keeps them: on the subject of the owner's tenant and turn.
+    if (tenant_id, turn_id) != (OWNER.tenant_id, "turn-a"):
         return []
     final = ChatTurnEvent(turn_id=turn_id, sequence=0, kind=TurnEventKind.COMPLETED)
     return [(final.model_dump_json().encode(), token_headers(OWNER))]

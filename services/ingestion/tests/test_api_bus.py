@@ -1,10 +1,12 @@
 """The API's side of the bus, on FastStream's in-memory test broker: document events reach the progress
-watches through the fanout, typed; model changes drop the tenant's cached model facts."""
+watches through the fanout, typed, each on its tenant's subject; one whose subject names another tenant
+than its signed identity is refused; model changes drop the tenant's cached model facts."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from faststream.nats import TestNatsBroker
 
 from knowsphere_clients.model_changes import MODELHUB
@@ -33,6 +35,7 @@ class ModelHub:
 async def test_document_events_reach_the_watches_typed_and_model_changes_drop_cached_facts() -> None:
     bus = build_bus()
     broker = build_broker("nats://127.0.0.1:4222", client_name="ingestion-test")
+    broker.include_router(bus.publishers)
     broker.include_router(bus.subscribers)
     broker.include_router(bus.model_changes)
     fanout: Fanout[DocumentEvent] = Fanout()
@@ -60,12 +63,23 @@ async def test_document_events_reach_the_watches_typed_and_model_changes_drop_ca
                         documents=[FinishedDocument(document_id="d", status=DocumentStatus.READY)],
                     ),
                 ):
-                    await test_broker.publish(event.model_dump(mode="json"), event.subject)
+                    await bus.publish(event)
                 changed = ModelChanged(
                     model_id="whisper", change=ModelChange.DEFAULT_CHANGED, model_types=["asr"]
                 )
                 await test_broker.publish(changed.model_dump(mode="json"), ModelChanged.subject)
+            # A worker of another tenant writing on acme's subject: refused, never watched.
+            forged = DocumentsFinished(
+                knowledge_base_id="kb-1",
+                documents=[FinishedDocument(document_id="d", status=DocumentStatus.FAILED)],
+            )
+            with bound_identity(Identity("intruder", "worker")):
+                await test_broker.publish(
+                    forged.model_dump(mode="json"), DocumentsFinished.subject_for("acme")
+                )
         received = [await asyncio.wait_for(anext(events), 1) for _ in range(2)]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(events), 0.5)
 
     assert isinstance(received[0], DocumentsProgress)
     assert [(u.document_id, u.stage) for u in received[0].updates] == [

@@ -1,8 +1,11 @@
 """Events on the NATS bus: one pydantic model per event, each with its subject constant.
 
-Subjects follow ``ks.<domain>.<event>.v1``. A subject that is addressed to one turn or one
-document appends that id as a last token (``ks.chat.events.v1.<turn_id>``), so a consumer can
-subscribe to exactly one stream of events or to all of them with ``>``.
+Subjects follow ``ks.<domain>.<event>.v1``. Events that belong to one tenant append the tenant as a
+token, and those addressed to one turn its id after it (``ks.chat.events.v1.<tenant>.<turn_id>``,
+``ks.ingestion.documents.progress.v1.<tenant>``), so a consumer subscribes to one tenant's events, one
+turn's, or all of them with ``>``; NATS permissions can be written per tenant. Ids become tokens
+through :func:`subject_token`, an injective escape. The tenant in the subject is always the tenant of
+the message's signed identity (its headers): a subscriber refuses a message where they differ.
 
 The AsyncAPI document in ``docs/asyncapi.yaml`` is generated (``make asyncapi``) from the routers
 on which the services declare what they publish and subscribe to; a test fails when it drifts.
@@ -14,7 +17,8 @@ import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Final, Literal
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -41,6 +45,35 @@ def _now() -> datetime:
 
 def _new_id() -> str:
     return uuid.uuid4().hex
+
+
+_TOKEN_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-:@")
+
+
+def subject_token(value: str) -> str:
+    """``value`` as one token of a NATS subject: every character outside ``[A-Za-z0-9_:@-]`` (``.``,
+    ``*``, ``>``, ``%``, white space, non-ASCII) becomes ``%XX`` per UTF-8 byte, so distinct values
+    never share a token (``acme.eu`` → ``acme%2Eeu``, never ``acme_eu``)."""
+    if not value:
+        raise ValueError("an empty id cannot be a subject token")
+    return "".join(
+        char if char in _TOKEN_SAFE else "".join(f"%{byte:02X}" for byte in char.encode()) for char in value
+    )
+
+
+def token_value(token: str) -> str:
+    """The value :func:`subject_token` made ``token`` from."""
+    return unquote(token, errors="strict")
+
+
+def tenant_of_subject(subject: str, base: str) -> str | None:
+    """The tenant named by ``subject``, one of ``base``'s per-tenant subjects (``<base>.<tenant>…``);
+    None when it is not one."""
+    prefix = base + "."
+    if not subject.startswith(prefix):
+        return None
+    token = subject[len(prefix) :].split(".", 1)[0]
+    return token_value(token) if token else None
 
 
 class Event(BaseModel):
@@ -171,7 +204,7 @@ class Citation(BaseModel):
 
 
 class ChatTurnEvent(Event):
-    """One event of a turn in progress, published on ``ks.chat.events.v1.<turn_id>``.
+    """One event of a turn in progress, published on ``ks.chat.events.v1.<tenant>.<turn_id>``.
 
     ``sequence`` starts at 0 and increases by one per event of the turn, so a reader can detect
     loss. A turn always ends with exactly one ``completed``, ``error`` or ``cancelled`` event. Which
@@ -212,8 +245,9 @@ class ChatTurnEvent(Event):
     )
 
     @classmethod
-    def subject_for(cls, turn_id: str) -> str:
-        return f"{cls.subject}.{turn_id}"
+    def subject_for(cls, tenant_id: str, turn_id: str) -> str:
+        """The subject of the events of ``tenant_id``'s turn ``turn_id``."""
+        return f"{cls.subject}.{subject_token(tenant_id)}.{subject_token(turn_id)}"
 
     @property
     def is_final(self) -> bool:
@@ -269,7 +303,8 @@ class ProgressUpdate(BaseModel):
 
 
 class DocumentsProgress(Event):
-    """Progress of documents of one knowledge base, published on ``ks.ingestion.documents.progress.v1``.
+    """Progress of documents of one knowledge base, published on
+    ``ks.ingestion.documents.progress.v1.<tenant>``.
 
     A stage moving the documents of an upload batch on together announces them in one event, so a
     batch of 64 small files costs the bus a few messages per stage, not one per file.
@@ -278,6 +313,10 @@ class DocumentsProgress(Event):
     subject: ClassVar[str] = "ks.ingestion.documents.progress.v1"
     knowledge_base_id: str
     updates: list[ProgressUpdate] = Field(min_length=1)
+
+    @classmethod
+    def subject_for(cls, tenant_id: str) -> str:
+        return f"{cls.subject}.{subject_token(tenant_id)}"
 
     @property
     def document_ids(self) -> list[str]:
@@ -300,11 +339,15 @@ class FinishedDocument(BaseModel):
 
 class DocumentsFinished(Event):
     """Documents of one knowledge base that reached a final status, published on
-    ``ks.ingestion.documents.finished.v1`` (those finishing together in one event)."""
+    ``ks.ingestion.documents.finished.v1.<tenant>`` (those finishing together in one event)."""
 
     subject: ClassVar[str] = "ks.ingestion.documents.finished.v1"
     knowledge_base_id: str
     documents: list[FinishedDocument] = Field(min_length=1)
+
+    @classmethod
+    def subject_for(cls, tenant_id: str) -> str:
+        return f"{cls.subject}.{subject_token(tenant_id)}"
 
     @property
     def document_ids(self) -> list[str]:

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from knowsphere_contracts.events import tenant_of_subject
+
 TENANT_KEY = "ks-tenant-id"
 USER_KEY = "ks-user-id"
 LANGUAGE_KEY = "accept-language"
@@ -69,6 +71,14 @@ def bound_identity(identity: Identity | None) -> Iterator[None]:
 def set_identity(identity: Identity | None) -> None:
     """Set identity for the rest of the current task (used by interceptors that own the task)."""
     _current.set(identity)
+
+
+def on_own_tenant_subject(subject: str, base: str) -> bool:
+    """Whether a message received on ``subject``, one of ``base``'s per-tenant subjects, names the
+    tenant of its verified identity (bound while it is handled). A message published on another
+    tenant's subject than its signed identity's, or on none, is refused by its subscriber."""
+    identity = _current.get()
+    return identity is not None and tenant_of_subject(subject, base) == identity.tenant_id
 
 
 def identity_log_fields() -> dict[str, str]:

@@ -80,10 +80,10 @@ def main() -> None:
                 conversation=ConversationClient(channels["conversation"]),
                 memory=MemoryClient(channels["memory"]),
                 toolrunner=ToolRunnerClient(channels["toolrunner"]),
-                stored_turn_events=lambda turn_id: read_subject(
+                stored_turn_events=lambda tenant_id, turn_id: read_subject(
                     broker.config.connection_state.stream,
                     CHAT_EVENTS_STREAM,
-                    ChatTurnEvent.subject_for(turn_id),
+                    ChatTurnEvent.subject_for(tenant_id, turn_id),
                 ),
             )
         )

@@ -1,7 +1,7 @@
 """The conversation's durable state on NATS JetStream: the turn event log and the session leases.
 
 - :class:`StreamEventLog` reads back what a turn has published (``KS_CHAT_EVENTS``, one subject per
-  turn) when the turn is delivered again.
+  turn of a tenant) when the turn is delivered again.
 - :class:`KvSessionLeases` keeps one turn per session running across replicas: a key per session in a
   KV bucket, created only if absent, renewed while the turn runs and deleted when it ends; a replica
   that dies leaves a lease that expires after ``ttl`` seconds.
@@ -22,11 +22,12 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent, TurnEventKind
-from knowsphere_runtime.streams import read_subject
+from knowsphere_runtime.identity import require_identity
+from knowsphere_runtime.streams import SESSION_LEASES_BUCKET, read_subject
 
 log = structlog.get_logger(__name__)
 
-LEASE_BUCKET = "ks_conversation_sessions"
+LEASE_BUCKET = SESSION_LEASES_BUCKET
 """KV bucket of the session leases."""
 
 
@@ -38,15 +39,15 @@ class StreamEventLog:
         self._timeout = timeout
 
     async def read(self, turn_id: str) -> Sequence[ChatTurnEvent]:
-        stored = await read_subject(
-            self._js(), CHAT_EVENTS_STREAM, ChatTurnEvent.subject_for(turn_id), timeout=self._timeout
-        )
+        """The events of the current tenant's turn ``turn_id``."""
+        subject = ChatTurnEvent.subject_for(require_identity().tenant_id, turn_id)
+        stored = await read_subject(self._js(), CHAT_EVENTS_STREAM, subject, timeout=self._timeout)
         return [ChatTurnEvent.model_validate_json(data) for data, _ in stored]
 
 
 class TurnCanceller:
-    """Cancels a turn wherever it runs: asks every replica (``request``) and waits up to ``wait``
-    seconds for the turn's ``cancelled`` event; True when it came."""
+    """Cancels a turn of the current tenant wherever it runs: asks every replica (``request``) and
+    waits up to ``wait`` seconds for the turn's ``cancelled`` event; True when it came."""
 
     def __init__(
         self,
@@ -67,7 +68,8 @@ class TurnCanceller:
             if event.is_final and not ended.done():
                 ended.set_result(event.kind is TurnEventKind.CANCELLED)
 
-        subscription = await self._connection().subscribe(ChatTurnEvent.subject_for(turn_id), cb=on_event)
+        subject = ChatTurnEvent.subject_for(require_identity().tenant_id, turn_id)
+        subscription = await self._connection().subscribe(subject, cb=on_event)
         try:
             await self._request(turn_id)
             return await asyncio.wait_for(ended, self._wait)

@@ -9,8 +9,9 @@ of a session that is busy with another turn goes back to the queue for a moment.
 
 The handler runs the turn with the :class:`~knowsphere_conversation.domain.turns.TurnRunner` found in
 FastStream's context under :data:`TURN_RUNNER`, which publishes the turn's events on
-``ks.chat.events.v1.<turn_id>`` into ``KS_CHAT_EVENTS`` (kept for a reconnecting client; deduplicated by
-turn and sequence) and its completion into ``KS_CONVERSATION_TURNS`` (deduplicated by turn id).
+``ks.chat.events.v1.<tenant>.<turn_id>`` (the tenant of the turn's identity) into ``KS_CHAT_EVENTS``
+(kept for a reconnecting client; deduplicated by turn and sequence) and its completion into
+``KS_CONVERSATION_TURNS`` (deduplicated by turn id).
 ``make asyncapi`` documents these from :func:`build_bus`.
 """
 
@@ -31,7 +32,7 @@ from opentelemetry import trace
 
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCancelRequested, TurnCompleted
 from knowsphere_conversation.domain.turns import Outcome, TurnResult, TurnRunner
-from knowsphere_runtime.identity import current_identity
+from knowsphere_runtime.identity import current_identity, require_identity
 from knowsphere_runtime.streams import CHAT_EVENTS, CHAT_REQUESTS, MSG_ID_HEADER, TURN_COMPLETED
 from knowsphere_telemetry import attributes
 
@@ -66,7 +67,7 @@ class ConversationBus:
             try:
                 await self.turn_events.publish(
                     event.model_dump(mode="json"),
-                    subject=ChatTurnEvent.subject_for(event.turn_id),
+                    subject=ChatTurnEvent.subject_for(require_identity().tenant_id, event.turn_id),
                     headers={MSG_ID_HEADER: f"{event.turn_id}:{event.sequence}"},
                 )
                 return
@@ -110,7 +111,7 @@ def build_bus(
 ) -> ConversationBus:
     router = NatsRouter()
     turn_events = router.publisher(
-        ChatTurnEvent.subject + ".{turn_id}",
+        ChatTurnEvent.subject + ".{tenant}.{turn_id}",
         stream=CHAT_EVENTS,
         schema=ChatTurnEvent,
         title="conversation:turn-events",
@@ -133,7 +134,7 @@ def build_bus(
         config=ConsumerConfig(ack_wait=ack_wait_seconds, max_ack_pending=-1),
         ack_policy=AckPolicy.MANUAL,
         title="conversation:chat-request",
-        description="Runs one chat turn and publishes its events on ks.chat.events.v1.<turn_id>.",
+        description="Runs one chat turn and publishes its events on ks.chat.events.v1.<tenant>.<turn_id>.",
     )
     async def on_chat_request(request: ChatRequested, message: NatsMessage, runner: Runner) -> None:
         span = trace.get_current_span()

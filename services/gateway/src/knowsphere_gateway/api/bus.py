@@ -1,10 +1,12 @@
 """The gateway on the NATS bus: it publishes chat requests and reads every turn's events.
 
-One typed subscriber takes the events of all turns (``ks.chat.events.v1.>``) and hands them to the
-chat requests open in this process through the bus's :class:`~knowsphere_runtime.bus.Fanout` (held by
-the subscriber itself: it runs for every token of every answer, so it resolves no dependency); each
-request watches its own turn id there instead of opening a subscription of its own. Every gateway
-instance reads every event (no queue group): the one that holds the turn's request streams it.
+One typed subscriber takes the events of all turns of every tenant (``ks.chat.events.v1.>``; the
+tenant is the subject's token after the version, and must be the tenant of the event's signed
+identity) and hands them to the chat requests open in this process through the bus's
+:class:`~knowsphere_runtime.bus.Fanout` (held by the subscriber itself: it runs for every token of
+every answer, so it resolves no dependency); each request watches its own turn id there instead of
+opening a subscription of its own. Every gateway instance reads every event (no queue group): the one
+that holds the turn's request streams it.
 ``make asyncapi`` documents these from :func:`build_bus`.
 """
 
@@ -12,14 +14,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import structlog
 from faststream.nats import NatsRouter
+from faststream.nats.annotations import NatsMessage
 from faststream.nats.publisher.usecase import LogicPublisher
 
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent
 from knowsphere_runtime.bus import Fanout
+from knowsphere_runtime.identity import on_own_tenant_subject
 from knowsphere_runtime.streams import CHAT_REQUESTS, MSG_ID_HEADER
 
 TURN_EVENTS = ChatTurnEvent.subject + ".>"
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,13 @@ def build_bus(chat_events: Fanout[ChatTurnEvent] | None = None) -> GatewayBus:
         title="gateway:turn-events",
         description="Feeds the chat requests of this gateway, each streaming its own turn as SSE.",
     )
-    async def on_turn_event(event: ChatTurnEvent) -> None:
+    async def on_turn_event(event: ChatTurnEvent, message: NatsMessage) -> None:
+        subject = message.raw_message.subject
+        if not on_own_tenant_subject(subject, ChatTurnEvent.subject):
+            log.error(
+                "turn event refused: its subject names another tenant than its identity", subject=subject
+            )
+            return
         events.publish(event)
 
     return GatewayBus(router, chat_requests, events)

@@ -46,8 +46,8 @@ from knowsphere_gateway.api.protojson import JsonBool, RequestBody
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity_token import stored_message_identity
 
-StoredEvents = Callable[[str], Awaitable[list[tuple[bytes, dict[str, str]]]]]
-"""The events kept for a turn id, oldest first, as (JSON, headers)."""
+StoredEvents = Callable[[str, str], Awaitable[list[tuple[bytes, dict[str, str]]]]]
+"""The events kept for a (tenant id, turn id), oldest first, as (JSON, headers)."""
 
 log = structlog.get_logger(__name__)
 
@@ -142,7 +142,7 @@ def build_chat_router(
         # Checked before the stream starts, so a turn that is not the caller's is a plain 404.
         if stored_events is None:
             raise HttpError(501, "not_implemented", "resuming turns needs the events stream (JetStream)")
-        stored = await stored_events(turn_id)
+        stored = await stored_events(who.identity.tenant_id, turn_id)
         if not stored or stored_message_identity(stored[0][1]) != who.identity:
             raise HttpError(404, "not_found", f"turn {turn_id} not found")
         return turn_id
@@ -163,6 +163,7 @@ def build_chat_router(
     )
     async def resume_turn(
         turn_id: Annotated[str, Depends(own_turn)],
+        who: Annotated[Caller, Depends(caller)],
         after: Annotated[
             int | None, Query(ge=-1, description="last sequence seen; -1: from the start")
         ] = None,
@@ -175,7 +176,7 @@ def build_chat_router(
             seen = int(last_event_id)
         # Watching first, then reading what is stored: an event published in between is not missed.
         async with events.watch(lambda event: event.turn_id == turn_id) as live:
-            for data, _ in await stored_events(turn_id):
+            for data, _ in await stored_events(who.identity.tenant_id, turn_id):
                 event = ChatTurnEvent.model_validate_json(data)
                 if event.sequence > seen:
                     seen = event.sequence
