@@ -204,3 +204,20 @@ def test_another_tenants_agent_is_not_found_and_no_key_is_unauthorized(stack: An
             )
     with openai_client(stack, "ks_not-a-real-token") as ai, pytest.raises(openai.AuthenticationError):
         ai.models.list()
+
+
+def test_embeddings_from_the_builtin_model_report_the_tokens_it_read(stack: Any) -> None:
+    with client(stack, tenant()) as http:
+        key = api_key(http)
+    with openai_client(stack, key) as ai:
+        short = ai.embeddings.create(model="default", input="annual leave", encoding_format="float")
+        longer = ai.embeddings.create(
+            model="default",
+            input=["annual leave", "employees get twenty-five days of annual leave each calendar year"],
+            encoding_format="float",
+        )
+    assert len(short.data[0].embedding) == 384
+    # The counts are the local model's: its word pieces plus the special tokens, per text.
+    assert short.usage.prompt_tokens > 2
+    assert longer.usage.prompt_tokens > 2 * short.usage.prompt_tokens
+    assert longer.usage.total_tokens == longer.usage.prompt_tokens

@@ -123,8 +123,12 @@ class ModelHub:
     async def Embed(self, request: mpb.EmbedRequest, context: Any) -> Any:
         self.embedded.append((request.model_id, list(request.texts)))
         vectors = [mpb.Embedding(values=[0.5, -0.25, float(len(t))]) for t in request.texts]
+        tokens = sum(len(t.split()) + 2 for t in request.texts)  # a stand-in's count: words + 2 per text
         return mpb.EmbedResponse(
-            embeddings=vectors, model_id=request.model_id or "model-default", dimension=3
+            embeddings=vectors,
+            model_id=request.model_id or "model-default",
+            dimension=3,
+            usage=mpb.TokenUsage(prompt_tokens=tokens, total_tokens=tokens),
         )
 
 
@@ -569,6 +573,9 @@ async def test_embeddings_come_from_modelhub_as_floats_or_base64(gateway: Any, t
     assert [d.embedding for d in default.data] == [[0.5, -0.25, 5.0], [0.5, -0.25, 9.0]]
     assert [d.index for d in default.data] == [0, 1] and default.model == "default"
     assert named.data[0].embedding == [0.5, -0.25, 2.0]
+    # Usage is what modelhub counted for the call.
+    assert (default.usage.prompt_tokens, default.usage.total_tokens) == (6, 6)
+    assert named.usage.prompt_tokens == 3
     assert api.modelhub.embedded[:2] == [("", ["leave", "expenses!"]), ("model-bge", ["hi"])]
     packed = base64.b64decode(raw.json()["data"][0]["embedding"])
     assert struct.unpack("<3f", packed) == (0.5, -0.25, 2.0)

@@ -35,6 +35,15 @@ class EmbeddingModel:
     dimension: int
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """The vectors of some texts, in input order, and the tokens the model read for them (0 when the
+    provider reports no count)."""
+
+    vectors: list[list[float]]
+    prompt_tokens: int
+
+
 class NoModelConfigured(LookupError):
     """The tenant has no model of the type asked for (and none was named)."""
 
@@ -207,13 +216,17 @@ class ModelHubClient(ServiceClient):
 
     async def embed(self, model_id: str, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
         """One vector per text (documents, or queries with ``query=True``)."""
+        return (await self.embed_counted(model_id, texts, query=query)).vectors
+
+    async def embed_counted(self, model_id: str, texts: Sequence[str], *, query: bool = False) -> Embedded:
+        """:meth:`embed` with the number of tokens the model read."""
         input_type = mpb.EMBED_INPUT_TYPE_QUERY if query else mpb.EMBED_INPUT_TYPE_DOCUMENT
         response: mpb.EmbedResponse = await self._call(
             "Embed",
             mpb.EmbedRequest(model_id=model_id, texts=list(texts), input_type=input_type),
             timeout=self._embed_timeout,
         )
-        return [list(e.values) for e in response.embeddings]
+        return Embedded([list(e.values) for e in response.embeddings], response.usage.prompt_tokens)
 
     async def embed_query(self, model_id: str, query: str) -> list[float]:
         """The query vector of one text, from a small per-tenant LRU cache when asked before."""

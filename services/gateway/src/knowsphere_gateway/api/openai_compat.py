@@ -535,7 +535,8 @@ def build_openai_router(
         with tracer.start_as_current_span("gateway.openai.embed") as span, who.bound():
             span.set_attribute(attributes.RESULT_COUNT, len(texts))
             model_id = await embedding_model(body.model)
-            vectors = await modelhub.embed(model_id, [str(t) for t in texts])
+            embedded = await modelhub.embed_counted(model_id, [str(t) for t in texts])
+        vectors = embedded.vectors
         if body.dimensions is not None and vectors and len(vectors[0]) != body.dimensions:
             raise Refusal(
                 400,
@@ -555,7 +556,8 @@ def build_openai_router(
             )
             for index, vector in enumerate(vectors)
         ]
-        usage = EmbeddingUsage(prompt_tokens=0, total_tokens=0)  # modelhub's client reports no count
+        # The tokens the model read, as modelhub counted them (0 when its provider reports none).
+        usage = EmbeddingUsage(prompt_tokens=embedded.prompt_tokens, total_tokens=embedded.prompt_tokens)
         return EmbeddingList(object="list", data=data, model=body.model, usage=usage).model_dump(mode="json")
 
     return router
