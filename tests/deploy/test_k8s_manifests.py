@@ -701,6 +701,108 @@ def test_component_builds_on_the_base(component: str) -> None:
                 assert refs[key] == {"name": "langfuse", "key": key}, f"{name}: {key}"
 
 
+# --- component mtls (cert-manager) ----------------------------------------------------------------
+
+# The Secret keys cert-manager writes for a Certificate.
+CERT_MANAGER_FILES = {"cert_file": "tls.crt", "key_file": "tls.key", "ca_file": "ca.crt"}
+GRPC_PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def mtls_built(kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in build_component("mtls") if o["kind"] == kind}
+
+
+def mtls_container(name: str) -> dict[str, Any]:
+    return mtls_built("Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
+
+
+def mtls_certificates() -> dict[str, dict[str, Any]]:
+    """The processes' Certificates (not the CA's), by the Secret they fill."""
+    return {
+        c["spec"]["secretName"]: c["spec"]
+        for c in mtls_built("Certificate").values()
+        if not c["spec"].get("isCA")
+    }
+
+
+def test_mtls_issues_one_certificate_per_process_from_one_private_ca() -> None:
+    issuers = mtls_built("Issuer")
+    (ca,) = [c["spec"] for c in mtls_built("Certificate").values() if c["spec"].get("isCA")]
+    assert "selfSigned" in issuers[ca["issuerRef"]["name"]]["spec"]
+    (ca_issuer,) = [
+        n for n, i in issuers.items() if i["spec"].get("ca", {}).get("secretName") == ca["secretName"]
+    ]
+    certificates = mtls_certificates()
+    assert set(certificates) == {f"knowsphere-tls-{name}" for name in DEPLOYMENTS}
+    for secret, spec in certificates.items():
+        assert spec["issuerRef"] == {"name": ca_issuer, "kind": "Issuer"}, secret
+        # Each serves and calls with the same certificate.
+        assert {"server auth", "client auth"} <= set(spec["usages"]), secret
+        # A pod dials itself on loopback (the gateway checks its own gRPC port).
+        assert "localhost" in spec["dnsNames"] and spec["ipAddresses"] == ["127.0.0.1"], secret
+
+
+def test_mtls_certificates_name_the_host_every_caller_dials() -> None:
+    certificates = mtls_certificates()
+    for key, value in shared_config().items():
+        if key.endswith("_ADDR"):
+            host, _, port = value.rpartition(":")
+            (peer,) = [name for name, grpc_port in GRPC_PORTS.items() if grpc_port == int(port)]
+            assert host in certificates[f"knowsphere-tls-{peer}"]["dnsNames"], f"{key}={value}"
+
+
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_mtls_mounts_each_pods_own_certificate_and_sets_the_tls_settings(name: str) -> None:
+    from knowsphere_runtime.rpc.tls import TlsSettings
+
+    container = mtls_container(name)
+    env = env_values(container)
+    given = {key for key in env if key.startswith("KS_TLS_")}
+    assert given <= {TlsSettings.variable(field) for field in TlsSettings.model_fields}, "not a TLS setting"
+    volumes = {v["name"]: v for v in mtls_built("Deployment")[name]["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for field, key in CERT_MANAGER_FILES.items():
+        path = Path(env[TlsSettings.variable(field)])
+        assert path.name == key, f"{name}: {field} is not the Secret's {key}"
+        mount = mounts[str(path.parent)]
+        assert mount["readOnly"] is True
+        secret = volumes[mount["name"]]["secret"]
+        assert secret["secretName"] == f"knowsphere-tls-{name}", "one certificate per process: none shared"
+        assert secret["defaultMode"] == 0o400
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_mtls_points_the_grpc_probes_at_the_plaintext_health_port(name: str) -> None:
+    container = mtls_container(name)
+    health_port = int(env_values(container)["KS_TLS_HEALTH_PORT"])
+    assert health_port != GRPC_PORTS[name] and container_port(container, "grpc-health") == health_port
+    probed = [probe for probe in GRPC_PROBES if "grpc" in container.get(probe, {})]
+    assert probed == (["startupProbe", "livenessProbe"] if name == "gateway" else list(GRPC_PROBES))
+    for probe in probed:
+        assert container[probe]["grpc"]["port"] == health_port, f"{name}: {probe} probes the TLS port"
+    if name == "gateway":
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # Only the kubelet probes it: no Service forwards to it.
+    service_ports = {p["port"] for p in mtls_built("Service")[name]["spec"]["ports"]}
+    assert health_port not in service_ports
+
+
+@pytest.mark.parametrize("name", sorted(WORKERS))
+def test_mtls_gives_the_worker_a_client_certificate_and_no_port(name: str) -> None:
+    container = mtls_container(name)
+    assert "KS_TLS_CERT_FILE" in env_values(container)
+    assert "KS_TLS_HEALTH_PORT" not in env_values(container) and not container.get("ports")
+    assert not any(probe in container for probe in GRPC_PROBES)
+
+
+def test_production_runs_mutual_tls_between_every_process() -> None:
+    production = load_yaml_docs(K8S / "overlays" / "production" / "kustomization.yaml")[0]
+    assert "../../components/mtls" in production["components"]
+    for name in DEPLOYMENTS:
+        env = env_values(built_container("production", name))
+        assert env["KS_TLS_CERT_FILE"] == "/etc/knowsphere/tls/tls.crt", name
+
+
 # --- entry points --------------------------------------------------------------------------------
 
 # Image knowsphere/<name> (any registry prefix, tag or digest): its entrypoint is

@@ -193,7 +193,7 @@ def test_chat_streams_from_a_registered_provider(stack, provider):
 def test_model_changes_are_announced_on_the_bus_for_the_tenant(stack):
     async def run():  # type: ignore[no-untyped-def]
         heard: asyncio.Queue[tuple[ModelChanged, str | None]] = asyncio.Queue()
-        listener = build_broker(stack.nats_url, client_name="e2e-listener")
+        listener = build_broker(stack.nats_url, client_name="e2e-listener", auth=stack.nats_auth())
 
         @listener.subscriber(ModelChanged.subject)
         async def on_change(event: ModelChanged) -> None:

@@ -88,7 +88,7 @@ def test_a_valid_token_gets_past_the_check(stack):
 
 def test_a_turn_request_with_a_forged_identity_on_the_bus_is_never_answered(stack):
     async def scenario() -> tuple[list[bytes], list[bytes]]:
-        client = await nats.connect(stack.nats_url)
+        client = await nats.connect(stack.nats_url, **stack.nats_auth().connect_options())
         forged_turn, signed_turn = f"turn-{uuid.uuid4().hex}", f"turn-{uuid.uuid4().hex}"
         events: dict[str, list[bytes]] = {forged_turn: [], signed_turn: []}
 

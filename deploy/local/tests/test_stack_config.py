@@ -84,6 +84,7 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
         "KS_GATEWAY_LOCAL_MODE": "true",
         "KS_IDENTITY_SIGNING_KEY_FILE": str(tmp_path / "secrets" / "identity" / "gateway.key"),
         "KS_IDENTITY_TRUSTED_KEYS_DIR": str(tmp_path / "secrets" / "identity" / "trusted"),
+        "KS_NATS_NKEY_SEED_FILE": str(tmp_path / "secrets" / "nats" / "gateway.nk"),
     }
     assert sorted(k for k in envs["conversation"] if k.endswith("_ADDR")) == [
         "KS_CONVERSATION_MEMORY_ADDR",
@@ -166,8 +167,10 @@ def test_the_ingestion_worker_runs_beside_ingestion_with_its_wiring(tmp_path: Pa
     assert worker["OTEL_SERVICE_NAME"] == "ingestion-worker"
     # It signs with a key of its own ...
     assert worker["KS_IDENTITY_SIGNING_KEY_FILE"].endswith("/ingestion-worker.key")
+    # ... and its own NATS key (with the worker's permissions) ...
+    assert worker["KS_NATS_NKEY_SEED_FILE"].endswith("/ingestion-worker.nk")
     # ... and has the same database, object store, peers and Temporal as the API it works for.
-    own = ("OTEL_SERVICE_NAME", "KS_IDENTITY_SIGNING_KEY_FILE")
+    own = ("OTEL_SERVICE_NAME", "KS_IDENTITY_SIGNING_KEY_FILE", "KS_NATS_NKEY_SEED_FILE")
     assert {k: v for k, v in worker.items() if k not in own} == {k: v for k, v in api.items() if k not in own}
     assert "ingestion-worker" not in _envs(StackConfig(data_dir=tmp_path, ingestion_worker=False))
     subset = _envs(StackConfig(data_dir=tmp_path, services=["retrieval"], nats_enabled=False))

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from knowsphere_stack.binaries import nats_binary, temporal_binary
 from knowsphere_stack.config import INGESTION_WORKER, LOOPBACK, SERVICE_NAMES, StackConfig
 from knowsphere_stack.health import GrpcHealthCheck, HealthCheck, HttpCheck, TcpCheck, UptimeCheck
+from knowsphere_stack.tls import ensure_tls_certificates, tls_env, tls_files
 
 NATS = "nats"
 TEMPORAL = "temporal"
@@ -68,13 +69,22 @@ class ComponentSpec(BaseModel):
 
 
 def nats_component(
-    data_dir: Path, port: int, monitor_port: int, *, log_path: Path | None = None
+    data_dir: Path,
+    port: int,
+    monitor_port: int,
+    *,
+    log_path: Path | None = None,
+    config_file: Path | None = None,
 ) -> ComponentSpec:
-    """``nats-server`` with JetStream stored in ``data_dir``, client and monitoring ports on loopback."""
+    """``nats-server`` with JetStream stored in ``data_dir``, client and monitoring ports on loopback;
+    with ``config_file`` (which sets the same, and authorization: :mod:`knowsphere_stack.nats_auth`)
+    started from that file instead."""
     data_dir = Path(data_dir)
     return ComponentSpec(
         name=NATS,
-        argv=[
+        argv=[str(nats_binary()), "-c", str(config_file)]
+        if config_file is not None
+        else [
             str(nats_binary()),
             "--jetstream",
             "--store_dir",
@@ -229,9 +239,14 @@ def service_env(
         f"KS_{upper}_DATA_DIR": str(config.service_data_dir(name)),
         "OTEL_SERVICE_NAME": issuer or name,
         **identity_env(identity_dir, issuer or name),
+        # With KS_STACK_TLS: its certificate, for serving and calling over mutual TLS.
+        **(tls_env(config.tls_dir, issuer or name) if config.tls else {}),
     }
     if name in NATS_CLIENTS and config.nats_enabled:
+        from knowsphere_stack.nats_auth import nats_auth_env
+
         env[f"KS_{upper}_NATS_URL"] = config.nats_url
+        env.update(nats_auth_env(config, issuer or name))
     for peer in PEERS.get(name, ()):
         env[f"KS_{upper}_{peer.upper()}_ADDR"] = config.grpc_addr(peer)
     if name == "gateway":
@@ -252,7 +267,9 @@ def service_env(
 def service_component(
     name: str, config: StackConfig, *, master_key: str | None = None, identity_dir: Path | None = None
 ) -> ComponentSpec:
-    health: list[HealthCheck] = [GrpcHealthCheck(address=config.grpc_addr(name), service="")]
+    # With TLS the probe presents the local-client certificate: it checks the port callers use.
+    probe_tls = tls_files(config.tls_dir, LOCAL_CLIENT_ISSUER) if config.tls else None
+    health: list[HealthCheck] = [GrpcHealthCheck(address=config.grpc_addr(name), service="", tls=probe_tls)]
     ports = {"grpc": config.grpc_port(name)}
     if name == "gateway":
         health.append(HttpCheck(url=f"{config.gateway_url}/healthz"))
@@ -304,12 +321,16 @@ def build_components(config: StackConfig) -> list[ComponentSpec]:
     """Every component ``config`` asks for, in start order (NATS, Temporal, then the services)."""
     components: list[ComponentSpec] = []
     if config.nats_enabled:
+        from knowsphere_stack.nats_auth import write_server_config
+
+        store_dir = config.service_data_dir(NATS)
         components.append(
             nats_component(
-                config.service_data_dir(NATS),
+                store_dir,
                 config.nats_port,
                 config.nats_monitor_port,
                 log_path=config.log_path(NATS),
+                config_file=write_server_config(config, store_dir) if config.nats_auth else None,
             )
         )
     if config.temporal_enabled:
@@ -330,6 +351,9 @@ def build_components(config: StackConfig) -> list[ComponentSpec]:
     services = [name for name in SERVICE_NAMES if name in config.services]
     wants_worker = "ingestion" in services and _wants_worker(config)
     identity_dir = ensure_identity_keys(config, [*services, *([INGESTION_WORKER] if wants_worker else [])])
+    if config.tls:
+        workers = [INGESTION_WORKER] if wants_worker else []
+        ensure_tls_certificates(config.tls_dir, [*services, *workers, LOCAL_CLIENT_ISSUER])
     for name in services:
         components.append(service_component(name, config, master_key=master_key, identity_dir=identity_dir))
         if name == "ingestion" and wants_worker:

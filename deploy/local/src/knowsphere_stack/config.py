@@ -121,6 +121,11 @@ class StackConfig(BaseSettings):
         description="Services to start (comma-separated in the environment), always in canonical order.",
     )
     nats_enabled: bool = True
+    nats_auth: bool = Field(
+        default=True,
+        description="NATS admits only the services' nkeys, each with its permissions "
+        "(knowsphere_stack.nats_auth); false: no authentication.",
+    )
     temporal_enabled: bool = True
     temporal_headless: bool = Field(
         default=False, description="Run the Temporal dev server without its web UI."
@@ -134,6 +139,11 @@ class StackConfig(BaseSettings):
         default=None,
         description="Folder of the services' identity keys (<issuer>.key, trusted/<issuer>.pub); "
         "missing ones are generated. Default: <data_dir>/secrets/identity.",
+    )
+    tls: bool = Field(
+        default=False,
+        description="Mutual TLS between the services: a private CA and a certificate per process in "
+        "<data_dir>/secrets/tls (knowsphere_stack.tls), generated when missing.",
     )
 
     service_command: dict[str, list[str]] = Field(
@@ -200,6 +210,11 @@ class StackConfig(BaseSettings):
     def identity_dir(self) -> Path:
         """Where the services' identity keys are (generated there when missing)."""
         return self.identity_keys_dir or self.data_dir / "secrets" / "identity"
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the CA and the certificates for mutual TLS are (with ``tls``)."""
+        return self.data_dir / "secrets" / "tls"
 
     @property
     def log_dir(self) -> Path:

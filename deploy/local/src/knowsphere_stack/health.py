@@ -4,7 +4,8 @@ Kinds:
 - ``tcp``: a TCP connect succeeds;
 - ``http``: a GET returns the expected status (NATS ``/healthz?js-enabled-only=true``, gateway ``/healthz``);
 - ``grpc``: ``grpc.health.v1.Health/Check`` for a service name answers SERVING (the Temporal frontend
-  with ``temporal.api.workflowservice.v1.WorkflowService``, KnowSphere services with ``""``);
+  with ``temporal.api.workflowservice.v1.WorkflowService``, KnowSphere services with ``""``), over
+  mutual TLS with the check's client certificate when it has one (``KS_STACK_TLS``);
 - ``uptime``: the process has stayed up for some seconds (for a worker that serves no port).
 
 Proxies from the environment are ignored: every check targets the loopback interface.
@@ -20,6 +21,8 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel, Field
+
+from knowsphere_stack.tls import TlsFiles
 
 PROBE_TIMEOUT = 1.0
 """Seconds one probe may take; probes are repeated, so a short timeout keeps the loop responsive."""
@@ -47,9 +50,10 @@ class GrpcHealthCheck(BaseModel):
     kind: Literal["grpc"] = "grpc"
     address: str
     service: str = ""
+    tls: TlsFiles | None = None
 
     def describe(self) -> str:
-        return f"grpc health {self.address} service={self.service!r}"
+        return f"grpc health {self.address} service={self.service!r}" + (" over mTLS" if self.tls else "")
 
 
 class UptimeCheck(BaseModel):
@@ -80,7 +84,7 @@ def probe(check: HealthCheck, *, uptime: float | None = None, timeout: float = P
             ok = response.status_code == check.expect_status
             return ProbeResult(ok, f"{check.describe()}: HTTP {response.status_code}")
         if isinstance(check, GrpcHealthCheck):
-            status = grpc_health_status(check.address, check.service, timeout=timeout)
+            status = grpc_health_status(check.address, check.service, timeout=timeout, tls=check.tls)
             return ProbeResult(status == "SERVING", f"{check.describe()}: {status}")
         if isinstance(check, UptimeCheck):
             ok = uptime is not None and uptime >= check.seconds
@@ -101,10 +105,18 @@ def probe_all(checks: list[HealthCheck], *, uptime: float | None = None) -> Prob
     return ProbeResult(True, "; ".join(details) or "no checks")
 
 
-def grpc_health_status(address: str, service: str = "", *, timeout: float = PROBE_TIMEOUT) -> str:
-    """The serving status name from ``grpc.health.v1.Health/Check``, or the gRPC error code's name."""
+def grpc_health_status(
+    address: str, service: str = "", *, timeout: float = PROBE_TIMEOUT, tls: TlsFiles | None = None
+) -> str:
+    """The serving status name from ``grpc.health.v1.Health/Check``, or the gRPC error code's name;
+    with ``tls``, over mutual TLS presenting its certificate."""
     options = [("grpc.enable_http_proxy", 0)]
-    with grpc.insecure_channel(address, options=options) as channel:
+    channel = (
+        grpc.insecure_channel(address, options=options)
+        if tls is None
+        else grpc.secure_channel(address, tls.channel_credentials(), options=options)
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

@@ -232,13 +232,16 @@ def start_nats(
     *,
     log_path: Path | None = None,
     timeout: float = DEFAULT_START_TIMEOUT,
+    config_file: Path | None = None,
 ) -> ManagedProcess:
     """Start ``nats-server`` with JetStream stored under ``data_dir`` and wait until it is healthy.
 
     The log goes to ``log_path`` (default ``data_dir/nats-server.log``). Stop it with ``.stop()`` or use
-    it as a context manager.
+    it as a context manager. ``config_file`` starts it from a configuration that sets the same ports and
+    store (:func:`knowsphere_stack.nats_auth.server_config`, with authorization) instead.
     """
-    return _start_and_wait(nats_component(Path(data_dir), port, monitor_port, log_path=log_path), timeout)
+    spec = nats_component(Path(data_dir), port, monitor_port, log_path=log_path, config_file=config_file)
+    return _start_and_wait(spec, timeout)
 
 
 def start_temporal(

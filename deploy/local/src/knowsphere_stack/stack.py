@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from knowsphere_stack import process_identity
 from knowsphere_stack.components import (
@@ -35,6 +36,11 @@ from knowsphere_stack.config import LOOPBACK, SERVICE_NAMES, StackConfig
 from knowsphere_stack.processes import ComponentStartError
 from knowsphere_stack.run_dir import SUPERVISOR, RecordedProcess, RunDir, StackState
 from knowsphere_stack.supervisor import RestartPolicy, Supervisor, SupervisorPlan
+from knowsphere_stack.tls import tls_files
+
+if TYPE_CHECKING:
+    from knowsphere_runtime.nats_auth import NatsAuthSettings
+    from knowsphere_runtime.rpc.tls import MutualTls
 
 WAIT_POLL = 0.1
 SUPERVISOR_EXIT_MARGIN = 10.0
@@ -270,10 +276,31 @@ class Stack:
 
     def sign_as_local_client(self) -> None:
         """Make this process's direct gRPC and NATS calls trusted by the stack's services: its identity
-        tokens are signed with the stack's ``local-client`` key (written when the stack starts)."""
+        tokens are signed with the stack's ``local-client`` key (written when the stack starts); with
+        TLS on (``KS_STACK_TLS``) its channels also present the ``local-client`` certificate."""
         from knowsphere_runtime.identity_token import install_from_keys
 
         install_from_keys(self.config.identity_dir, LOCAL_CLIENT_ISSUER)
+        client_tls = self.local_client_tls()
+        if client_tls is not None:
+            from knowsphere_runtime.rpc.tls import install_tls
+
+            install_tls(client_tls)
+
+    def local_client_tls(self) -> MutualTls | None:
+        """The ``local-client`` certificate for a channel to the services
+        (``open_channel(addr, tls=stack.local_client_tls())``); ``None`` without TLS."""
+        if not self.config.tls:
+            return None
+        return tls_files(self.config.tls_dir, LOCAL_CLIENT_ISSUER).load()
+
+    def nats_auth(self, identity: str = LOCAL_CLIENT_ISSUER) -> NatsAuthSettings:
+        """How this process connects to the stack's NATS as ``identity``: by default ``local-client``,
+        with every right; a service's name to act as that service. Pass it to ``build_broker(…,
+        auth=stack.nats_auth())``, or its ``connect_options()`` to ``nats.connect``."""
+        from knowsphere_stack.nats_auth import client_auth
+
+        return client_auth(self.config, identity)
 
     @property
     def supervisor_log(self) -> Path:

@@ -28,6 +28,8 @@ from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from knowsphere_runtime import dependencies
 from knowsphere_runtime.identity import IdentityError, bound_identity, current_identity
 from knowsphere_runtime.identity_token import TOKEN_KEY, authority, identity_from_token_pairs
+from knowsphere_runtime.nats_auth import NatsAuthSettings
+from knowsphere_runtime.settings import load_settings
 
 log = structlog.get_logger(__name__)
 
@@ -62,15 +64,44 @@ class IdentityMiddleware(BaseMiddleware):  # type: ignore[type-arg]
         return await call_next(cmd)
 
 
-def build_broker(url: str, *, client_name: str, graceful_timeout: float = 20.0, **options: Any) -> NatsBroker:
+def build_broker(
+    url: str,
+    *,
+    client_name: str,
+    graceful_timeout: float = 20.0,
+    auth: NatsAuthSettings | None = None,
+    **options: Any,
+) -> NatsBroker:
     """A FastStream NATS broker with tracing and identity propagation.
 
     ``graceful_timeout`` is how long, on shutdown, in-flight handlers may run to completion
     before the connection closes. A lost connection is retried forever (every second, not the client
     library's default of giving up after about two minutes), and the process reports the bus down
-    (:mod:`knowsphere_runtime.dependencies`) until it is back.
+    (:mod:`knowsphere_runtime.dependencies`) until it is back. The connection authenticates with
+    ``auth``, by default the process's ``KS_NATS_*`` settings (:mod:`knowsphere_runtime.nats_auth`;
+    a bad one stops start-up naming the variable). Something the server refuses it (a permissions
+    violation) is logged as an error: nats-py reports it only to this callback.
     """
     connection = f"nats:{client_name}:{uuid.uuid4().hex[:8]}"
+    credentials = auth if auth is not None else load_settings(NatsAuthSettings)
+    options["security"] = credentials.security(options.get("security"))
+
+    async def refused(error: Exception) -> None:
+        # The server refuses a publish or subscription this identity has no permission for with an
+        # asynchronous -ERR; the operation itself fails silently (a request times out, a subscription
+        # hears nothing), so this line is what makes a missing permission visible.
+        reason = str(error).lower()
+        if "permissions violation" in reason:
+            log.error(
+                "NATS Permissions Violation: this process's NATS identity may not use a subject; "
+                "see knowsphere_runtime.nats_permissions",
+                client=client_name,
+                error=str(error),
+            )
+        elif "authorization violation" in reason:
+            log.error("NATS refused this process's credentials (KS_NATS_*)", client=client_name)
+        else:  # a lost connection, retried (FastStream and the dependency report say so already)
+            log.debug("NATS connection error", client=client_name, error=repr(error))
 
     async def lost() -> None:
         await dependencies.report(connection, up=False)
@@ -83,6 +114,7 @@ def build_broker(url: str, *, client_name: str, graceful_timeout: float = 20.0, 
     options.setdefault("disconnected_cb", lost)
     options.setdefault("reconnected_cb", back)
     options.setdefault("closed_cb", back)
+    options.setdefault("error_cb", refused)
     return NatsBroker(
         url,
         name=client_name,

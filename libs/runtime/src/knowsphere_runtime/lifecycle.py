@@ -111,6 +111,19 @@ def install_identity(service: str) -> None:
         raise SystemExit(2) from None
 
 
+def install_transport_security(service: str) -> None:
+    """Install the process's mutual TLS from ``KS_TLS_*`` (none set: plaintext gRPC); a partial set or a
+    file that cannot be used stops start-up naming the variable. The files are read here, once: a
+    renewed certificate takes effect when the service restarts."""
+    from knowsphere_runtime.rpc.tls import TlsConfigError, TlsSettings, install_tls_from_environment
+
+    try:
+        install_tls_from_environment(load_settings(TlsSettings))
+    except TlsConfigError as error:
+        print(f"{service}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_service(
     service: str,
     settings: ServiceSettings,
@@ -124,6 +137,7 @@ def run_service(
         raise SystemExit(2) from None
 
     install_identity(service)
+    install_transport_security(service)
 
     async def main() -> None:
         await serve(build(), grace=settings.shutdown_grace_seconds, on_ready=settle_memory)

@@ -57,6 +57,10 @@ DOCUMENTS_DELETED = JStream(
 )
 """Deleted documents (memory forgets them in document affinity)."""
 
+SESSION_LEASES_BUCKET = "ks_conversation_sessions"
+"""KV bucket of conversation's session leases (one running turn per session across replicas); its
+stream is ``KV_<bucket>``."""
+
 MSG_ID_HEADER = "Nats-Msg-Id"
 """The header JetStream deduplicates by."""
 
@@ -67,6 +71,7 @@ __all__ = [
     "DOCUMENTS_DELETED",
     "DUPLICATE_WINDOW_SECONDS",
     "MSG_ID_HEADER",
+    "SESSION_LEASES_BUCKET",
     "TURN_COMPLETED",
     "read_subject",
 ]

@@ -1,4 +1,4 @@
-"""gRPC plumbing: server and channel factories, identity propagation, health and reflection."""
+"""gRPC plumbing: server and channel factories, identity propagation, mutual TLS, health and reflection."""
 
 from knowsphere_runtime.rpc.channel import RetryPolicy, open_channel, retry_service_config
 from knowsphere_runtime.rpc.health import check_health

@@ -3,6 +3,10 @@
 Retries are decided by the contract, not by the caller: a method marked
 ``option idempotency_level = NO_SIDE_EFFECTS`` or ``IDEMPOTENT`` in its .proto is retried by
 gRPC on UNAVAILABLE with exponential backoff; any other method is never retried automatically.
+
+With the process's mutual-TLS settings (``KS_TLS_*``, :mod:`knowsphere_runtime.rpc.tls`) a channel
+presents the process's certificate and trusts only servers signed by the same CA; without, it is
+plaintext.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from google.protobuf.descriptor_pb2 import MethodOptions
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from knowsphere_runtime.rpc.identity_interceptors import identity_client_interceptors
+from knowsphere_runtime.rpc.tls import INSTALLED, TlsChoice, resolve_tls
 
 _RETRYABLE_LEVELS = (MethodOptions.NO_SIDE_EFFECTS, MethodOptions.IDEMPOTENT)
 
@@ -66,8 +71,10 @@ def open_channel(
     unary_timeout: float = 10.0,
     stream_timeout: float = 600.0,
     retry: RetryPolicy | None = None,
+    tls: TlsChoice = INSTALLED,
 ) -> grpc.aio.Channel:
-    """An insecure aio channel to ``target`` (``host:port``) for the given services.
+    """An aio channel to ``target`` (``host:port``) for the given services: mutual TLS with ``tls``
+    (by default the process's ``KS_TLS_*`` settings), plaintext without.
 
     Every call gets a deadline (``unary_timeout`` / ``stream_timeout`` unless the caller sets one),
     the caller's identity and trace context in its metadata, and a client span.
@@ -75,11 +82,10 @@ def open_channel(
     options: list[tuple[str, object]] = [("grpc.enable_retries", 1)]
     if services:
         options.append(("grpc.service_config", retry_service_config(services, retry or RetryPolicy())))
-    return grpc.aio.insecure_channel(
-        target,
-        options=options,
-        interceptors=[
-            *aio_client_interceptors(),
-            *identity_client_interceptors(unary_timeout, stream_timeout),
-        ],
+    interceptors = [*aio_client_interceptors(), *identity_client_interceptors(unary_timeout, stream_timeout)]
+    security = resolve_tls(tls)
+    if security is None:
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        target, security.channel_credentials(), options=options, interceptors=interceptors
     )

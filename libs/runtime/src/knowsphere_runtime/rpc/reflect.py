@@ -2,7 +2,8 @@
 
 It knows nothing of KnowSphere's generated code; it reads everything through the server's
 reflection service. ``python -m knowsphere_runtime.rpc.reflect HOST:PORT [...]`` prints
-``service/method (kind)`` lines.
+``service/method (kind)`` lines; with ``KS_TLS_*`` set (a client certificate of the deployment's CA) it
+connects over mutual TLS.
 """
 
 from __future__ import annotations
@@ -15,10 +16,26 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from knowsphere_runtime.rpc.tls import (
+    INSTALLED,
+    TlsChoice,
+    TlsConfigError,
+    TlsSettings,
+    load_tls,
+    resolve_tls,
+)
 
-def list_methods(target: str, timeout: float = 5.0) -> dict[str, list[str]]:
+
+def _channel(target: str, tls: TlsChoice) -> grpc.Channel:
+    security = resolve_tls(tls)
+    if security is None:
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, security.channel_credentials())
+
+
+def list_methods(target: str, timeout: float = 5.0, *, tls: TlsChoice = INSTALLED) -> dict[str, list[str]]:
     """Map each service the server at ``target`` reflects to its methods (``Name (kind)``)."""
-    with grpc.insecure_channel(target) as channel:
+    with _channel(target, tls) as channel:
         grpc.channel_ready_future(channel).result(timeout=timeout)
         database = ProtoReflectionDescriptorDatabase(channel)
         pool = DescriptorPool(database)
@@ -43,9 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     if not targets:
         print("usage: python -m knowsphere_runtime.rpc.reflect HOST:PORT [HOST:PORT ...]", file=sys.stderr)
         return 2
+    try:
+        tls = load_tls(TlsSettings())
+    except TlsConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
     for target in targets:
         try:
-            listing = list_methods(target)
+            listing = list_methods(target, tls=tls)
         except grpc.FutureTimeoutError:
             print(f"{target}: not reachable", file=sys.stderr)
             return 1

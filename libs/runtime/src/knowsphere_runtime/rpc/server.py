@@ -3,7 +3,8 @@
 A service hands :class:`GrpcServer` a list of :class:`ServiceBinding` built by :func:`bind_service`
 from the generated service descriptor and a servicer object. Methods the servicer does not
 implement answer UNIMPLEMENTED with a message naming the capability they belong to — never a
-made-up answer.
+made-up answer. With the process's mutual-TLS settings (:mod:`knowsphere_runtime.rpc.tls`) the port
+takes TLS connections with a client certificate only, and a plaintext port may serve health alone.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from knowsphere_runtime.rpc.identity_interceptors import (
     IDENTITY_EXEMPT_SERVICES,
     IdentityServerInterceptor,
 )
+from knowsphere_runtime.rpc.tls import INSTALLED, TlsChoice, resolve_tls
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -143,6 +145,10 @@ class GrpcServer:
     work), then lets in-flight calls finish for up to ``grace`` seconds. While a dependency of the
     process is down (:mod:`knowsphere_runtime.dependencies`, e.g. the NATS connection) every service
     answers NOT_SERVING too.
+
+    ``tls`` (by default the process's ``KS_TLS_*`` settings) makes the port mutual TLS; its
+    ``health_port`` then adds a plaintext port on the same host that serves grpc.health.v1 alone
+    (the same statuses) for probes that have no certificate.
     """
 
     def __init__(
@@ -155,6 +161,7 @@ class GrpcServer:
         require_identity: bool = True,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
+        tls: TlsChoice = INSTALLED,
     ) -> None:
         self.name = name
         self._bind = bind
@@ -172,6 +179,9 @@ class GrpcServer:
         )
         self.health = health_aio.HealthServicer()
         self.port: int | None = None
+        self._tls = resolve_tls(tls)
+        self._health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         self._stop_listening: Callable[[], None] | None = None
 
     async def _set_all(self, status: int) -> None:
@@ -198,20 +208,49 @@ class GrpcServer:
             ],
             self._server,
         )
-        port = self._server.add_insecure_port(self._bind)
+        if self._tls is None:
+            port = self._server.add_insecure_port(self._bind)
+        else:
+            port = self._server.add_secure_port(self._bind, self._tls.server_credentials())
         if port == 0:
             raise OSError(f"{self.name}: cannot bind gRPC to {self._bind} (address in use or not allowed)")
         self.port = port
         await self._server.start()
         await self._set_all(NOT_SERVING if dependencies.down() else SERVING)
+        if self._tls is not None and self._tls.health_port is not None:
+            try:
+                await self._start_health_port(self._tls.health_port)
+            except BaseException:
+                await self._server.stop(0)
+                raise
         self._stop_listening = dependencies.listen(self._dependencies_changed)
         return port
+
+    async def _start_health_port(self, port: int) -> None:
+        """A plaintext server with the health service alone, sharing this server's statuses: nothing
+        else is registered there, so any other method answers UNIMPLEMENTED."""
+        host = self._bind.rpartition(":")[0]
+        # Not shared with another process (gRPC's default): a busy port must fail, not split the probes.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc raises where older versions returned 0
+            bound = 0
+        if bound == 0:
+            raise OSError(f"{self.name}: cannot bind the health port {host}:{port} (KS_TLS_HEALTH_PORT)")
+        await server.start()
+        self._health_server = server
+        self.health_port = bound
 
     async def stop(self, grace: float | None = None) -> None:
         if self._stop_listening is not None:
             self._stop_listening()
         await self.health.enter_graceful_shutdown()
         await self._server.stop(self._grace if grace is None else grace)
+        # Last: probes see NOT_SERVING on it while in-flight calls finish.
+        if self._health_server is not None:
+            await self._health_server.stop(0)
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
