@@ -232,6 +232,39 @@ def test_the_gateway_key_queues_a_turn_and_reads_its_stored_events_back(stack: S
     assert violations == []
 
 
+def test_a_service_key_may_not_read_the_replies_jetstream_sends_another(stack: Stack) -> None:
+    """Each identity's reply inboxes are its own: the conversation key cannot listen to every inbox,
+    nor to the gateway's, where JetStream acknowledges the gateway's publishes."""
+    gateway_inboxes = stack.nats_auth("gateway").inbox_prefix()
+    assert gateway_inboxes is not None and gateway_inboxes.startswith("_INBOX.U")
+
+    async def scenario() -> tuple[list[str], list[Msg], list[str]]:
+        async with connected(stack, "gateway") as gateway, connected(stack, "conversation") as conversation:
+            eavesdropped = Heard()
+            await conversation.nc.subscribe("_INBOX.>", cb=eavesdropped.on_message)
+            await conversation.nc.subscribe(f"{gateway_inboxes}.>", cb=eavesdropped.on_message)
+            await conversation.nc.flush()
+            # The gateway's own JetStream publish is acknowledged on its inbox, as before.
+            turn = f"turn-{uuid.uuid4().hex}"
+            request = ChatRequested(turn_id=turn, message="hello")
+            asker = Identity(_tenant(), "alice")
+            ack = await gateway.nc.jetstream().publish(
+                ChatRequested.subject,
+                request.model_dump_json().encode(),
+                headers={**token_headers(asker), MSG_ID_HEADER: turn},
+            )
+            assert ack.seq > 0
+            await asyncio.sleep(QUIET_SECONDS)
+            return conversation.violations, eavesdropped.messages, gateway.violations
+
+    violations, eavesdropped, gateway_violations = asyncio.run(scenario())
+    assert eavesdropped == []
+    # nats-py lowercases the server's error text.
+    assert any('subscription to "_inbox.>"' in v for v in violations), violations
+    assert any(f'subscription to "{gateway_inboxes.lower()}.>"' in v for v in violations), violations
+    assert gateway_violations == []
+
+
 def test_no_service_of_the_stack_was_refused_anything(stack: Stack) -> None:
     """Every service logs a permissions violation loudly (knowsphere_runtime.bus): none may have."""
     logs = sorted(stack.config.log_dir.glob("*.log"))

@@ -15,6 +15,7 @@ from knowsphere_runtime.nats_permissions import (
     NATS_PERMISSIONS,
     authorization_block,
     ensure_seeds,
+    inbox_prefix,
     main,
     new_user_seed,
     public_key,
@@ -92,6 +93,11 @@ def test_the_rendered_configuration_is_one_nats_server_accepts(tmp_path: Path) -
     # Retrieval publishes nothing: an empty allow list would allow everything, so it is a deny.
     retrieval = block.split("# retrieval")[1].split("# ")[0]
     assert 'publish: {\n          deny: [\n            ">",' in retrieval
+    # Each service subscribes to its own reply inboxes only, never to every identity's.
+    for identity in SERVICES:
+        section = block.split(f"# {identity}\n")[1].split("    # ")[0]
+        assert f'"{inbox_prefix(keys[identity])}.>"' in section, identity
+        assert '"_INBOX.>"' not in section, identity
 
 
 def test_a_key_that_is_not_a_public_user_key_is_refused() -> None:

@@ -85,6 +85,9 @@ def build_broker(
     connection = f"nats:{client_name}:{uuid.uuid4().hex[:8]}"
     credentials = auth if auth is not None else load_settings(NatsAuthSettings)
     options["security"] = credentials.security(options.get("security"))
+    inboxes = credentials.inbox_prefix()
+    if inboxes is not None:
+        options.setdefault("inbox_prefix", inboxes)
 
     async def refused(error: Exception) -> None:
         # The server refuses a publish or subscription this identity has no permission for with an

@@ -97,13 +97,35 @@ class NatsAuthSettings(BaseSettings):
         assert self.creds_file is not None
         return NatsCredentials.from_file(self.creds_file, **tls)
 
+    def inbox_prefix(self) -> str | None:
+        """The prefix of this identity's reply inboxes with an nkey, ``_INBOX.<public key>``: the server
+        lets each identity subscribe only to its own inboxes (``authorization_block``), so no service
+        reads the replies JetStream sends another (pulled messages, acknowledgements). None (the
+        client library's ``_INBOX``) otherwise."""
+        if self.nkey_seed_file is None:
+            return None
+        from knowsphere_runtime.nats_permissions import inbox_prefix, public_key
+
+        return inbox_prefix(public_key(_readable(self.nkey_seed_file)))
+
     def connect_options(self) -> dict[str, str]:
-        """The same credentials as ``nats.connect`` keyword arguments (a raw nats-py client)."""
+        """The same credentials (and inbox prefix) as ``nats.connect`` keyword arguments (a raw nats-py
+        client)."""
         if self.nkey_seed_file is not None:
-            return {"nkeys_seed": str(self.nkey_seed_file)}
+            return {"nkeys_seed": str(self.nkey_seed_file), "inbox_prefix": str(self.inbox_prefix())}
         if self.creds_file is not None:
             return {"user_credentials": str(self.creds_file)}
         return {}
 
 
-__all__ = ["CREDS_FILE_ENV", "NKEY_SEED_FILE_ENV", "NatsAuthSettings"]
+def pull_inbox_prefix() -> bytes:
+    """The ``inbox_prefix`` of a FastStream pull subscriber of this process: its identity's own inboxes
+    (:meth:`NatsAuthSettings.inbox_prefix`, with the separating dot). FastStream gives pull subscribers
+    the fixed ``_INBOX.`` otherwise, which a server narrowing each identity to its own inboxes refuses."""
+    from knowsphere_runtime.settings import load_settings
+
+    prefix = load_settings(NatsAuthSettings).inbox_prefix() or "_INBOX"
+    return f"{prefix}.".encode()
+
+
+__all__ = ["CREDS_FILE_ENV", "NKEY_SEED_FILE_ENV", "NatsAuthSettings", "pull_inbox_prefix"]

@@ -16,8 +16,10 @@ so a renamed subject or stream renames its permission too:
   (``$JS.API.STREAM.MSG.GET.<stream>``, ``$JS.API.DIRECT.GET.<stream>.>``), an ephemeral ordered
   consumer and its flow control (``$JS.FC.<stream>.>``);
 - a KV bucket: its stream as above and its keys (``$KV.<bucket>.>``);
-- every identity subscribes to ``_INBOX.>``, where JetStream acknowledges publishes, answers API
-  requests and delivers pulled messages. No identity may publish there (it answers no request).
+- every identity subscribes to its own inboxes, ``_INBOX.<its public nkey>.>`` (the prefix its
+  connection uses, :func:`inbox_prefix`), where JetStream acknowledges publishes, answers API requests
+  and delivers pulled messages; no identity reads another's. No identity may publish there (it
+  answers no request).
 
 An identity with nothing to publish is denied every publish (an empty allow list would allow all).
 
@@ -72,6 +74,7 @@ SEED_SUFFIX = ".nk"
 
 JS_API = "$JS.API"
 INBOX = "_INBOX.>"
+"""Every identity's inboxes; :func:`authorization_block` narrows it to the identity's own."""
 EVERYTHING = ">"
 
 
@@ -219,14 +222,24 @@ def _direction(name: str, subjects: Sequence[str], indent: str) -> str:
     return f"{indent}{name}: {{\n{indent}  {rule}: [\n{listed}{indent}  ]\n{indent}}}\n"
 
 
+def inbox_prefix(key: str) -> str:
+    """The prefix of the reply inboxes of the connection authenticated by public nkey ``key``."""
+    return f"_INBOX.{key}"
+
+
 def authorization_block(public_keys: Mapping[str, str]) -> str:
     """The nats-server ``authorization`` block admitting each identity's public nkey (``U…``) with its
-    permissions; a connection with any other key, or none, is refused."""
+    permissions (its inboxes only its own); a connection with any other key, or none, is refused."""
     users = []
     for identity, key in public_keys.items():
-        permissions = permissions_of(identity)
         if not (key.startswith("U") and len(key) == 56):
             raise ValueError(f"{identity}: {key!r} is not a public user nkey (56 characters starting with U)")
+        granted = permissions_of(identity)
+        own = f"{inbox_prefix(key)}.>"
+        permissions = Permissions(
+            publish=granted.publish,
+            subscribe=tuple(own if subject == INBOX else subject for subject in granted.subscribe),
+        )
         users.append(
             f"    # {identity}\n"
             "    {\n"

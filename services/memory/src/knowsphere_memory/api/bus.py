@@ -27,6 +27,7 @@ from knowsphere_memory.domain.ports import MemoryStore
 from knowsphere_memory.domain.records import CitedDocumentRecord, Owner
 from knowsphere_memory.settings import Settings
 from knowsphere_runtime.identity import current_identity
+from knowsphere_runtime.nats_auth import pull_inbox_prefix
 from knowsphere_runtime.streams import DOCUMENTS_DELETED
 from knowsphere_telemetry import attributes
 
@@ -95,12 +96,14 @@ def build_bus(
     ack_wait_seconds: float = _DEFAULTS["consumer_ack_wait_seconds"].default,
 ) -> MemoryBus:
     router = NatsRouter()
+    inboxes = pull_inbox_prefix()  # this identity's own reply inboxes
 
     @router.subscriber(
         TurnCompleted.subject,
         stream=JStream(TURN_COMPLETED_STREAM, subjects=[TurnCompleted.subject]),
         durable=durable_name,
         pull_sub=PullSub(batch_size=PULL_BATCH_SIZE),
+        inbox_prefix=inboxes,
         config=ConsumerConfig(max_deliver=max_deliver, ack_wait=ack_wait_seconds),
         ack_policy=AckPolicy.NACK_ON_ERROR,
         title="memory:turn-completed",
@@ -116,6 +119,7 @@ def build_bus(
         stream=DOCUMENTS_DELETED,
         durable=f"{durable_name}-deletions",
         pull_sub=PullSub(batch_size=PULL_BATCH_SIZE),
+        inbox_prefix=inboxes,
         config=ConsumerConfig(max_deliver=max_deliver, ack_wait=ack_wait_seconds),
         ack_policy=AckPolicy.NACK_ON_ERROR,
         title="memory:documents-deleted",
