@@ -24,7 +24,7 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere_clients.errors import ModelFailure, ResourceExhausted
 from knowsphere_contracts.events import AnswerKind, ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
 from knowsphere_conversation.domain.graph import AgentConfig, TurnLimits, build_graph
-from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, Outcome, TurnRunner
+from knowsphere_conversation.domain.turns import IDENTITY_REQUIRED, EventsUnpublishable, Outcome, TurnRunner
 from knowsphere_runtime.identity import Identity, bound_identity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -377,6 +377,49 @@ async def test_an_answer_cut_mid_stream_is_not_shown_twice_when_the_turn_resumes
     shown_once(events)
     streamed = "".join(e.text or "" for e in events if e.kind is TurnEventKind.TEXT_DELTA)
     assert streamed == events[-1].text == "Employees get 25 days of leave [[c1]]. Also 3 sick days ."
+
+
+async def test_a_bus_outage_mid_answer_pauses_the_turn_without_a_final_event_and_it_resumes_after() -> None:
+    harness = Harness(Models(answer_with_tool))
+    stored = harness.events
+
+    async def stalled_bus(event: ChatTurnEvent) -> None:
+        if event.kind is TurnEventKind.TEXT_DELTA:
+            raise EventsUnpublishable(f"event {event.sequence} of turn {event.turn_id} not acknowledged")
+        stored.append(event)
+
+    async def announce(event: TurnCompleted) -> None:
+        harness.completed.append(event)
+
+    paused = TurnRunner(
+        lambda: harness.graph,
+        models=Models(answer_with_tool),
+        tools=Tools(),
+        memory=Memory(),
+        search=Search(),
+        publish=stalled_bus,
+        publish_completed=announce,
+        limits=TurnLimits(),
+        event_log=Log(harness),
+    )
+    request = ChatRequested(
+        turn_id="t-outage",
+        session_id="s1",
+        message="How many days of leave do I get?",
+        knowledge_base_ids=["kb-1"],
+    )
+    with bound_identity(CALLER), pytest.raises(EventsUnpublishable):
+        await paused.run(request)
+    # Nothing final was said (no turn_failed with a sequence already used), nothing announced.
+    assert not any(e.is_final for e in stored) and harness.completed == []
+
+    with bound_identity(CALLER):
+        result = await restarted(harness, Models(answer_with_tool), Tools()).run(request, redelivered=True)
+    shown_once(stored)
+    assert result.final is stored[-1] and stored[-1].kind is TurnEventKind.COMPLETED
+    streamed = "".join(e.text or "" for e in stored if e.kind is TurnEventKind.TEXT_DELTA)
+    assert streamed == stored[-1].text == "Employees get 25 days of leave [[c1]]. Also 3 sick days ."
+    assert len(harness.completed) == 1
 
 
 async def test_a_second_turn_of_a_busy_session_waits_for_the_first() -> None:

@@ -119,6 +119,60 @@ async def test_a_silence_after_some_events_ends_with_a_timeout_numbered_after_th
     ]
 
 
+async def test_an_event_heard_twice_is_passed_on_once(gateway: Any, client: Any) -> None:
+    """After a bus outage a late-acknowledged publish is heard again, and a turn delivered again says
+    an event once more before its resumption catches up: the client sees each sequence once."""
+
+    def stuttering(request: ChatRequested) -> list[ChatTurnEvent]:
+        def event(sequence: int, kind: TurnEventKind, text: str) -> ChatTurnEvent:
+            return ChatTurnEvent(turn_id=request.turn_id, sequence=sequence, kind=kind, text=text)
+
+        return [
+            event(0, TurnEventKind.STARTED, ""),
+            event(1, TurnEventKind.TEXT_DELTA, "Part 1"),
+            event(1, TurnEventKind.TEXT_DELTA, "Part 1"),
+            event(2, TurnEventKind.TEXT_DELTA, "Part 2"),
+            event(1, TurnEventKind.TEXT_DELTA, "Part 1"),
+            event(2, TurnEventKind.TEXT_DELTA, "Part 2"),
+            event(3, TurnEventKind.COMPLETED, "Part 1Part 2"),
+        ]
+
+    async with bus_with_conversation(stuttering) as (bus, events, _):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "twice?"})
+    streamed = sse_events(response.text)
+    assert [(kind, sequence) for kind, sequence, _ in streamed] == [
+        ("started", "0"),
+        ("text_delta", "1"),
+        ("text_delta", "2"),
+        ("completed", "3"),
+    ]
+    assert "".join(data["text"] for kind, _, data in streamed if kind == "text_delta") == "Part 1Part 2"
+
+
+async def test_a_request_the_bus_will_not_take_ends_with_one_bus_unavailable_event(
+    gateway: Any, client: Any
+) -> None:
+    async with bus_with_conversation(answer_with(TurnEventKind.STARTED)) as (bus, events, tenants):
+        sent = 0
+
+        async def refusing(*args: Any, **kwargs: Any) -> None:
+            nonlocal sent
+            sent += 1
+            raise TimeoutError("nats: timeout")
+
+        bus.chat_requests.publish = refusing  # type: ignore[method-assign]
+        app = await gateway(bus=bus, chat_events=events, chat_turn_timeout=1.2)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "anyone?"})
+    [(kind, sequence, data)] = sse_events(response.text)
+    assert (kind, sequence) == ("error", "0")
+    assert data["error_code"] == "bus_unavailable" and "1 s" in data["error_message"]
+    assert sent >= 2  # sent again while the wait lasted
+    assert tenants == [] and events.watchers == 0
+
+
 async def test_two_turns_at_once_each_see_only_their_own_events(gateway: Any, client: Any) -> None:
     script = answer_with(TurnEventKind.STARTED, TurnEventKind.ERROR)
     async with bus_with_conversation(script) as (bus, events, _):

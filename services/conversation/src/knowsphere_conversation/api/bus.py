@@ -31,8 +31,9 @@ from faststream.nats.publisher.usecase import LogicPublisher
 from opentelemetry import trace
 
 from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCancelRequested, TurnCompleted
-from knowsphere_conversation.domain.turns import Outcome, TurnResult, TurnRunner
+from knowsphere_conversation.domain.turns import EventsUnpublishable, Outcome, TurnResult, TurnRunner
 from knowsphere_runtime.identity import current_identity, require_identity
+from knowsphere_runtime.nats_auth import pull_inbox_prefix
 from knowsphere_runtime.streams import CHAT_EVENTS, CHAT_REQUESTS, MSG_ID_HEADER, TURN_COMPLETED
 from knowsphere_telemetry import attributes
 
@@ -43,10 +44,12 @@ CHAT_CONSUMER = "conversation"
 TURN_RUNNER = "turn_runner"
 """Context name of the service's ``TurnRunner``."""
 BUSY_SESSION_RETRY_SECONDS = 0.5
-PUBLISH_ATTEMPTS = 3
-"""Times a turn event is sent before the turn gives up on the bus."""
-PUBLISH_RETRY_SECONDS = 0.2
 """How soon a turn of a busy session is delivered again."""
+PUBLISH_ATTEMPTS = 3
+"""Times a turn event is sent before the turn pauses (it is delivered again once the bus is back)."""
+PUBLISH_RETRY_SECONDS = 0.2
+BUS_RETRY_SECONDS = 1.0
+"""How soon a turn paused by a bus outage is delivered again once the bus has its nack."""
 
 Runner = Annotated[TurnRunner, Context(TURN_RUNNER)]
 
@@ -71,9 +74,12 @@ class ConversationBus:
                     headers={MSG_ID_HEADER: f"{event.turn_id}:{event.sequence}"},
                 )
                 return
-            except Exception:
+            except Exception as error:
                 if attempt == PUBLISH_ATTEMPTS:
-                    raise
+                    raise EventsUnpublishable(
+                        f"event {event.sequence} of turn {event.turn_id} not acknowledged by the bus "
+                        f"after {PUBLISH_ATTEMPTS} attempts"
+                    ) from error
                 log.warning(
                     "turn event not acknowledged; sending it again", turn_id=event.turn_id, attempt=attempt
                 )
@@ -110,6 +116,7 @@ def build_bus(
     max_concurrent_turns: int = 1, ack_wait_seconds: float = 30.0, max_session_wait_seconds: float = 300.0
 ) -> ConversationBus:
     router = NatsRouter()
+    inboxes = pull_inbox_prefix()  # this identity's own reply inboxes
     turn_events = router.publisher(
         ChatTurnEvent.subject + ".{tenant}.{turn_id}",
         stream=CHAT_EVENTS,
@@ -130,6 +137,7 @@ def build_bus(
         stream=CHAT_REQUESTS,
         durable=CHAT_CONSUMER,
         pull_sub=PullSub(batch_size=1, timeout=5.0),
+        inbox_prefix=inboxes,
         max_workers=max_concurrent_turns,
         config=ConsumerConfig(ack_wait=ack_wait_seconds, max_ack_pending=-1),
         ack_policy=AckPolicy.MANUAL,
@@ -143,8 +151,18 @@ def build_bus(
         if request.session_id:
             span.set_attribute(attributes.SESSION_ID, request.session_id)
         delivered = message.raw_message.metadata.num_delivered
-        async with working_on(message, ack_wait_seconds / 3):
-            result = await runner.run(request, redelivered=delivered > 1)
+        try:
+            async with working_on(message, ack_wait_seconds / 3):
+                result = await runner.run(request, redelivered=delivered > 1)
+        except EventsUnpublishable as error:
+            # Not acknowledged: JetStream delivers the turn again once the bus is back (at once if
+            # this nack reaches it, else after ack_wait), and it resumes where its events stopped.
+            log.warning(
+                "turn paused: the bus is not taking its events", turn_id=request.turn_id, error=str(error)
+            )
+            with contextlib.suppress(Exception):
+                await message.nack(delay=BUS_RETRY_SECONDS)
+            return
         if result.outcome is Outcome.BUSY:
             waited = delivered * BUSY_SESSION_RETRY_SECONDS
             if waited < max_session_wait_seconds:

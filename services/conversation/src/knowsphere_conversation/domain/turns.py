@@ -154,6 +154,13 @@ TURN_FAILED = "turn_failed"
 TURN_FAILED_MESSAGE = "the turn failed unexpectedly; please try again"
 
 
+class EventsUnpublishable(RuntimeError):
+    """The bus did not take an event of the turn (it is down or stalled). Nothing more can be said to
+    the client now, so the turn stops without a final event and is delivered again once the bus is
+    back: it resumes from its checkpoint and the events already stored, and the client's stream goes
+    on where it stopped."""
+
+
 class TurnRunner:
     """Runs turns on the compiled graph ``graph()`` returns (compiled once its checkpoint store is open)
     with the given peers; ``publish`` sends each event."""
@@ -348,6 +355,8 @@ class TurnRunner:
             return await emit(TurnEventKind.ERROR, error_code=error.code, error_message=error.message)
         except CapabilityUnavailable as error:
             return await emit(TurnEventKind.ERROR, error_code=error.code, error_message=error.message)
+        except EventsUnpublishable:
+            raise  # no final event either: the turn is delivered again once the bus is back
         except Exception:
             log.exception("turn failed", turn_id=request.turn_id)
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
@@ -415,6 +424,7 @@ __all__ = [
     "TURN_FAILED",
     "CapabilityUnavailable",
     "EventLog",
+    "EventsUnpublishable",
     "NoLeases",
     "Outcome",
     "SessionLeases",

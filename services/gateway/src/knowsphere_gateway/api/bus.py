@@ -12,6 +12,8 @@ that holds the turn's request streams it.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -28,6 +30,10 @@ TURN_EVENTS = ChatTurnEvent.subject + ".>"
 
 log = structlog.get_logger(__name__)
 
+REQUEST_RETRY_SECONDS = 0.5
+MAX_REQUEST_RETRY_SECONDS = 5.0
+"""Backoff between sends of a chat request the bus has not acknowledged."""
+
 
 @dataclass(frozen=True)
 class GatewayBus:
@@ -37,11 +43,28 @@ class GatewayBus:
     chat_events: Fanout[ChatTurnEvent] = field(default_factory=Fanout)
     """Every turn event this gateway reads, for the chat requests open in this process."""
 
-    async def request_turn(self, request: ChatRequested) -> None:
-        # Stored once even when a retried publish sends it twice: the turn id is the message id.
-        await self.chat_requests.publish(
-            request.model_dump(mode="json"), headers={MSG_ID_HEADER: request.turn_id}
-        )
+    async def request_turn(self, request: ChatRequested, *, wait: float = 0.0) -> None:
+        """Queues ``request``, sending it again for up to ``wait`` seconds while the bus does not
+        acknowledge it (an outage); raises the last error after that. Stored once however often it is
+        sent: the turn id is the message id."""
+        deadline = time.monotonic() + wait
+        pause = REQUEST_RETRY_SECONDS
+        while True:
+            try:
+                await self.chat_requests.publish(
+                    request.model_dump(mode="json"), headers={MSG_ID_HEADER: request.turn_id}
+                )
+                return
+            except Exception as error:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning(
+                    "chat request not acknowledged; sending it again",
+                    turn_id=request.turn_id,
+                    error=str(error),
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_REQUEST_RETRY_SECONDS)
 
 
 def build_bus(chat_events: Fanout[ChatTurnEvent] | None = None) -> GatewayBus:

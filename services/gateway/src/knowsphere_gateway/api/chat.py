@@ -52,6 +52,8 @@ StoredEvents = Callable[[str, str], Awaitable[list[tuple[bytes, dict[str, str]]]
 log = structlog.get_logger(__name__)
 
 TURN_TIMEOUT_CODE = "turn_timeout"
+BUS_UNAVAILABLE_CODE = "bus_unavailable"
+"""The final event of a turn whose request the bus would not take (it was never queued)."""
 
 # The streams' errors before the first event are JSON.
 STREAM_ERRORS = as_json_errors({**GUARDED_RESPONSES, **SERVICE_RESPONSES})
@@ -79,6 +81,16 @@ def _sse(event: ChatTurnEvent) -> ServerSentEvent:
     return ServerSentEvent(event=event.kind.value, id=str(event.sequence), data=event.model_dump(mode="json"))
 
 
+def _unqueued_event(turn_id: str, seconds: float) -> ChatTurnEvent:
+    return ChatTurnEvent(
+        turn_id=turn_id,
+        sequence=0,
+        kind=TurnEventKind.ERROR,
+        error_code=BUS_UNAVAILABLE_CODE,
+        error_message=f"the message bus did not take the question within {seconds:.0f} s; please try again",
+    )
+
+
 def _timeout_event(turn_id: str, sequence: int, seconds: float) -> ChatTurnEvent:
     return ChatTurnEvent(
         turn_id=turn_id,
@@ -100,8 +112,13 @@ async def requested_turn_events(
     (an ``error`` ``turn_timeout`` when the turn falls silent for ``timeout_seconds``)."""
     # Watching before the request is published, so no event of the turn is missed.
     async with events.watch(lambda event: event.turn_id == request.turn_id) as turn:
-        with who.bound():  # the caller's identity travels in the message headers
-            await bus.request_turn(request)
+        try:
+            with who.bound():  # the caller's identity travels in the message headers
+                await bus.request_turn(request, wait=timeout_seconds)
+        except Exception as error:
+            log.error("chat request not queued", turn_id=request.turn_id, error=str(error))
+            yield _unqueued_event(request.turn_id, timeout_seconds)
+            return
         expected = 0
         while True:
             try:
@@ -110,6 +127,11 @@ async def requested_turn_events(
             except TimeoutError:
                 yield _timeout_event(request.turn_id, expected, timeout_seconds)
                 return
+            if event.sequence < expected:
+                # A copy of an event already passed on: a publish the bus acknowledged late was sent
+                # again (JetStream stores one; live readers hear each), or a turn delivered again
+                # after an outage said it once more before its resumption caught up.
+                continue
             if event.sequence != expected:
                 log.warning(
                     "turn events out of order", turn_id=request.turn_id, expected=expected, got=event.sequence
@@ -227,4 +249,10 @@ def build_chat_router(
     return router
 
 
-__all__ = ["TURN_TIMEOUT_CODE", "ChatTurnRequest", "build_chat_router", "requested_turn_events"]
+__all__ = [
+    "BUS_UNAVAILABLE_CODE",
+    "TURN_TIMEOUT_CODE",
+    "ChatTurnRequest",
+    "build_chat_router",
+    "requested_turn_events",
+]

@@ -55,7 +55,7 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller, Unauthenticated
-from knowsphere_gateway.api.chat import TURN_TIMEOUT_CODE, requested_turn_events
+from knowsphere_gateway.api.chat import BUS_UNAVAILABLE_CODE, TURN_TIMEOUT_CODE, requested_turn_events
 from knowsphere_gateway.api.errors import HttpError, error_body, http_status
 from knowsphere_gateway.api.openai_wire import (
     CHUNK_SCHEMA,
@@ -240,6 +240,7 @@ TURN_ERROR_STATUS = {
     "agent_not_found": 404,
     "agent_inactive": 404,
     TURN_TIMEOUT_CODE: 504,
+    BUS_UNAVAILABLE_CODE: 503,
     ModelErrorCode.RATE_LIMITED.value: 429,
     ModelErrorCode.QUOTA_EXHAUSTED.value: 429,
     ModelErrorCode.CONTENT_FILTERED.value: 400,
