@@ -13,7 +13,6 @@ last document ready.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -36,6 +35,8 @@ from knowsphere_runtime.rpc import open_channel
 from knowsphere_stack import Stack, StackConfig
 from knowsphere_stack.components import service_env
 from knowsphere_stack.health import grpc_health_status
+
+from .conftest import ScenarioReport
 
 pytestmark = pytest.mark.chaos
 
@@ -179,15 +180,17 @@ async def _count(index: Any, kb_id: str, documents: list[pb.Document]) -> dict[s
     }
 
 
-def _assert_nothing_lost(report: dict[str, Any]) -> None:
-    print("\n" + json.dumps({k: v for k, v in report.items() if k != "failed"}))
+def _assert_nothing_lost(report: dict[str, Any], scenario_report: ScenarioReport) -> None:
+    scenario_report(report)
     assert report["failed"] == [] and report["lost"] == 0
     assert report["chunks"] > DOCUMENTS  # every document has several chunks
     assert report["duplicated"] == 0
     assert report["vectors"] == report["lexical"] == report["chunks"]
 
 
-def test_nats_stopped_during_ingestion_loses_and_duplicates_nothing(stack_without_retrieval) -> None:
+def test_nats_stopped_during_ingestion_loses_and_duplicates_nothing(
+    stack_without_retrieval, scenario_report: ScenarioReport
+) -> None:
     stack, _ = stack_without_retrieval
     stopped_for = min(OUTAGE_SECONDS, 60.0)
 
@@ -211,10 +214,12 @@ def test_nats_stopped_during_ingestion_loses_and_duplicates_nothing(stack_withou
                 "recovered_seconds": round(time.monotonic() - back, 1),
             }
 
-    _assert_nothing_lost(asyncio.run(scenario()))
+    _assert_nothing_lost(asyncio.run(scenario()), scenario_report)
 
 
-def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_without_retrieval) -> None:
+def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(
+    stack_without_retrieval, scenario_report: ScenarioReport
+) -> None:
     stack, retrieval = stack_without_retrieval
 
     async def scenario() -> dict[str, Any]:
@@ -237,11 +242,13 @@ def test_retrieval_down_during_indexing_loses_and_duplicates_nothing(stack_witho
             }
 
     report = asyncio.run(scenario())
+    _assert_nothing_lost(report, scenario_report)
     assert report["failed_during_outage"] == 0
-    _assert_nothing_lost(report)
 
 
-def test_modelhub_killed_during_embedding_resumes_without_duplicate_vectors(stack_without_retrieval) -> None:
+def test_modelhub_killed_during_embedding_resumes_without_duplicate_vectors(
+    stack_without_retrieval, scenario_report: ScenarioReport
+) -> None:
     stack, _ = stack_without_retrieval
 
     async def scenario() -> dict[str, Any]:
@@ -259,11 +266,11 @@ def test_modelhub_killed_during_embedding_resumes_without_duplicate_vectors(stac
                 "recovered_seconds": round(time.monotonic() - killed, 1),
             }
 
-    _assert_nothing_lost(asyncio.run(scenario()))
+    _assert_nothing_lost(asyncio.run(scenario()), scenario_report)
 
 
 def test_uploads_while_temporal_is_stopped_are_refused_or_ingested_never_half_recorded(
-    stack_without_retrieval,
+    stack_without_retrieval, scenario_report: ScenarioReport
 ) -> None:
     stack, _ = stack_without_retrieval
 
@@ -329,7 +336,7 @@ def test_uploads_while_temporal_is_stopped_are_refused_or_ingested_never_half_re
             }
 
     report = asyncio.run(scenario())
-    print("\n" + json.dumps({k: v for k, v in report.items() if k != "failed"}))
+    scenario_report(report)
     assert report["refused"] + report["accepted"] == report["uploads"]
     assert report["documents"] == report["accepted"] + 1  # the one uploaded after Temporal came back
     assert report["half_recorded"] == [] and report["missing"] == []
