@@ -66,13 +66,20 @@ def model_server() -> Iterator[ScriptedProvider]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, identity_keys_dir: Path) -> Iterator[Stack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, identity_keys_dir: Path, model_server: ScriptedProvider
+) -> Iterator[Stack]:
     config = StackConfig.with_free_ports(
         data_dir=tmp_path_factory.mktemp("chaos-chat"),
         # Every service: the gateway is healthy only when all of them are.
         temporal_headless=True,
         identity_keys_dir=identity_keys_dir,
-        extra_env={"OTEL_TRACES_EXPORTER": "none", "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET},
+        extra_env={
+            "OTEL_TRACES_EXPORTER": "none",
+            "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
+            # Tenants' models point at the scripted provider on loopback, which the operator allows.
+            **model_server.modelhub_egress_env(),
+        },
     )
     with Stack(config) as running:
         yield running

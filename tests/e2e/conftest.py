@@ -6,14 +6,18 @@ spans over OTLP/HTTP to an in-test receiver.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from knowsphere_stack import Stack, StackConfig
+from knowsphere_stack import Stack, StackConfig, free_port
 
 from .otlp_receiver import OtlpReceiver
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
+from scripted_provider import ScriptedProvider
 
 PROXY_SECRET = "e2e-proxy-secret-" + "0123456789abcdef" * 2
 
@@ -26,8 +30,28 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="session")
+def model_server() -> Iterator[ScriptedProvider]:
+    """The hosted model provider of the session's tests (OpenAI's wire format on a real socket); each
+    test scripts it after ``reset()``."""
+    server = ScriptedProvider()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def local_llm_port() -> int:
+    """The loopback port a local model server of the tests listens on (the stack may call it)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, otlp: OtlpReceiver, identity_keys_dir: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    otlp: OtlpReceiver,
+    identity_keys_dir: Path,
+    model_server: ScriptedProvider,
+    local_llm_port: int,
 ) -> Iterator[Stack]:
     config = StackConfig.with_free_ports(
         data_dir=tmp_path_factory.mktemp("stack"),
@@ -47,6 +71,9 @@ def stack(
             "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
             # A killed conversation replica's turn is delivered again after 6 s, not 30.
             "KS_CONVERSATION_TURN_ACK_WAIT_SECONDS": "6",
+            # Tenants' models point at the scripted provider (or a local model) on loopback, which
+            # the operator allows.
+            **model_server.modelhub_egress_env(local_llm_port),
         },
     )
     with Stack(config) as running:

@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,14 +98,6 @@ def admin_token(stack: Any) -> str:
     assert created.status_code == 201, created.text
     token: str = created.json()["token"]
     return token
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[ScriptedProvider]:
-    server = ScriptedProvider()
-    server.start()
-    yield server
-    server.stop()
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +52,6 @@ HANDBOOK = (
     b"Taxi rides are reimbursed only after 22:00 or when carrying equipment.\n"
 )
 TIMEOUT = httpx.Timeout(30.0, read=120.0)
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[ScriptedProvider]:
-    server = ScriptedProvider()
-    server.start()
-    yield server
-    server.stop()
 
 
 def tenant() -> dict[str, str]:

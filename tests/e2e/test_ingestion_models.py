@@ -15,7 +15,7 @@ import json
 import sys
 import uuid
 import wave
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,11 @@ IMAGE_DESCRIPTION = "A presentation slide with a bar chart of revenue rising ove
 TRANSCRIPT = "Welcome to the onboarding call.\nThe cafeteria on the fifth floor opens at eight thirty."
 
 
-@pytest.fixture(scope="module")
-def provider() -> Iterator[ScriptedProvider]:
-    server = ScriptedProvider()
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture
+def provider(model_server: ScriptedProvider) -> ScriptedProvider:
+    """The session's scripted provider (the stack's modelhub may call it), fresh for each test."""
+    model_server.reset()
+    return model_server
 
 
 def _tenant() -> Identity:

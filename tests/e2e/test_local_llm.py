@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 
-from knowsphere_stack import free_port
 from knowsphere_stack.local_llm import DEFAULT_MODEL_ALIAS, REQUIREMENTS_FILE, missing_packages
 
 MISSING = missing_packages()
@@ -42,9 +41,10 @@ QUESTION = "In one sentence: what is an employee handbook?"
 
 
 @pytest.fixture(scope="module")
-def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a running ``python -m knowsphere_stack.local_llm`` on a free loopback port."""
-    port = free_port()
+def local_llm(tmp_path_factory: pytest.TempPathFactory, local_llm_port: int) -> Iterator[str]:
+    """Base URL of a running ``python -m knowsphere_stack.local_llm`` on the loopback port the stack's
+    modelhub may call."""
+    port = local_llm_port
     log_path = tmp_path_factory.mktemp("local-llm") / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(

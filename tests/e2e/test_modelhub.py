@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -30,12 +29,11 @@ pytestmark = pytest.mark.e2e
 LOCAL = Identity("local", "local")
 
 
-@pytest.fixture(scope="module")
-def provider() -> Iterator[ScriptedProvider]:
-    server = ScriptedProvider()
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture
+def provider(model_server: ScriptedProvider) -> ScriptedProvider:
+    """The session's scripted provider (the stack's modelhub may call it), fresh for each test."""
+    model_server.reset()
+    return model_server
 
 
 def _detail(error: grpc.aio.AioRpcError) -> pb.ModelErrorDetail:
@@ -218,7 +216,7 @@ def test_model_changes_are_announced_on_the_bus_for_the_tenant(stack):
                             provider_id="custom",
                             model_name="m",
                             types=[pb.MODEL_TYPE_KNOWLEDGE_QA],
-                            base_url="http://127.0.0.1:9/v1",
+                            base_url="https://llm.example/v1",
                         )
                     )
                     model_id = created.model.id

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +33,6 @@ pytestmark = pytest.mark.e2e
 
 ANSWER = ["Employees get 27 days", " of paid leave a year [[c1]]", " and may carry it over [[c1]]."]
 USAGE = {"prompt_tokens": 640, "completion_tokens": 18, "total_tokens": 658}
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[ScriptedProvider]:
-    server = ScriptedProvider()
-    server.start()
-    yield server
-    server.stop()
 
 
 def cited_answer_with_usage() -> Reply:

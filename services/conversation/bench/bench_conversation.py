@@ -100,7 +100,7 @@ def main() -> None:
 
     figures: dict[str, Any] = {"machine": machine(), "replicas": 1, "levels": []}
     env = {"KS_CONVERSATION_MAX_CONCURRENT_TURNS": str(args.max_concurrent_turns)}
-    with scripted_model(model) as server, running_stack(env) as stack:
+    with scripted_model(model) as server, running_stack(env, server) as stack:
         tenant = Tenant(stack)
         tenant.use_model(server)
         conversation = stack.state().component("conversation")

@@ -111,7 +111,7 @@ def main() -> None:
         return reply
 
     turns: list[dict[str, Any]] = []
-    with scripted_model(model) as server, running_stack() as stack:
+    with scripted_model(model) as server, running_stack(model_server=server) as stack:
         tenant = Tenant(stack)
         tenant.use_model(server)
         kb_id = tenant.knowledge_base(HANDBOOK)

@@ -39,7 +39,10 @@ HANDBOOK = (
 
 
 @contextmanager
-def running_stack(extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+def running_stack(
+    extra_env: dict[str, str] | None = None, model_server: ScriptedProvider | None = None
+) -> Iterator[Stack]:
+    """The stack; with ``model_server``, its modelhub may call that (loopback) provider."""
     with tempfile.TemporaryDirectory(prefix="ks-bench-conversation-") as data_dir:
         config = StackConfig.with_free_ports(
             data_dir=Path(data_dir),
@@ -48,6 +51,7 @@ def running_stack(extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
                 "OTEL_TRACES_EXPORTER": "none",
                 # Each benchmark tenant is named by an authenticating proxy's headers.
                 "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
+                **(model_server.modelhub_egress_env() if model_server else {}),
                 **(extra_env or {}),
             },
         )

@@ -239,7 +239,7 @@ def main() -> None:
         "KS_CONVERSATION_MAX_CONCURRENT_TURNS": str(max(levels)),
         "KS_MODELHUB_PROVIDER_CONCURRENCY": str(max(levels)),
     }
-    with scripted_model(model) as server, running_stack(env) as stack:
+    with scripted_model(model) as server, running_stack(env, server) as stack:
         tenant = Tenant(stack)
         tenant.use_model(server)
         gateway = stack.state().component("gateway")

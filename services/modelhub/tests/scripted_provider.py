@@ -31,6 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from knowsphere_egress import EgressPolicy
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
@@ -226,6 +228,24 @@ class ScriptedProvider:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def modelhub_egress_env(self, *more_ports: int) -> dict[str, str]:
+        """The same allow-listing as a modelhub process's environment (``KS_MODELHUB_EGRESS__…``),
+        for a stack whose tenants' models point at this server (and at ``more_ports`` on loopback).
+        Start the server first."""
+        assert self.port, "start() the server before asking for its environment"
+        return {
+            "KS_MODELHUB_EGRESS__ALLOW_NETWORKS": '["127.0.0.1/32"]',
+            "KS_MODELHUB_EGRESS__ALLOWED_PORTS": json.dumps([80, 443, self.port, *more_ports]),
+        }
+
+    def egress(self) -> EgressPolicy:
+        """An egress policy that lets calls reach this server (loopback, its port), as an operator
+        allow-lists an internal provider."""
+        return EgressPolicy(
+            allow_networks=("127.0.0.1/32",),  # type: ignore[arg-type]
+            allowed_ports=frozenset({80, 443, self.port}),
+        )
 
     # -- scripting --------------------------------------------------------------------------------
 

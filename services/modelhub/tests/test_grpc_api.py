@@ -48,6 +48,7 @@ def provider():  # type: ignore[no-untyped-def]
 @pytest.fixture
 async def hub(tmp_path, provider) -> AsyncIterator[tuple[object, ScriptedProvider]]:  # type: ignore[no-untyped-def]
     settings = Settings(
+        egress=provider.egress(),  # the scripted provider is on loopback
         data_dir=tmp_path,
         master_key="unit-test-master-key-0123456789",  # type: ignore[arg-type]
         provider_backoff_seconds=0.01,
@@ -57,7 +58,7 @@ async def hub(tmp_path, provider) -> AsyncIterator[tuple[object, ScriptedProvide
     await store.open()
     keyring = KeyRing.from_strings(settings.master_key.get_secret_value())
     await verify_master_key(store, keyring)
-    registry = Registry(store, keyring, PROVIDERS, {})
+    registry = Registry(store, keyring, PROVIDERS, {}, egress=settings.egress)
     http = ProviderHttp.from_settings(settings)
     adapters = {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}
     binding = build_binding(registry, adapters, settings, NoopLlmObserver())

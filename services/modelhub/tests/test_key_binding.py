@@ -57,6 +57,7 @@ async def hub(
     tmp_path: Path, provider: ScriptedProvider
 ) -> AsyncIterator[tuple[Any, SqlModelStore, Registry]]:
     settings = Settings(
+        egress=provider.egress(),  # the scripted provider is on loopback
         data_dir=tmp_path,
         master_key="binding-test-master-key-0123456789",  # type: ignore[arg-type]
         provider_max_retries=0,
@@ -66,7 +67,7 @@ async def hub(
     await store.open()
     keyring = KeyRing.from_strings(settings.master_key.get_secret_value())
     await verify_master_key(store, keyring)
-    registry = Registry(store, keyring, PROVIDERS, {})
+    registry = Registry(store, keyring, PROVIDERS, {}, egress=settings.egress)
     http = ProviderHttp.from_settings(settings)
     binding = build_binding(
         registry, {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}, settings, NoopLlmObserver()

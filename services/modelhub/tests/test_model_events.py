@@ -97,7 +97,7 @@ def chat_model(**overrides: Any) -> pb.CreateModelRequest:
         provider_id="custom",
         model_name="qwen",
         types=[pb.MODEL_TYPE_KNOWLEDGE_QA],
-        base_url="http://127.0.0.1:9/v1",
+        base_url="https://llm.example/v1",
     )
     for name, value in overrides.items():
         setattr(request, name, value)

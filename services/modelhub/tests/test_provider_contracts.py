@@ -105,6 +105,7 @@ async def http(server: ScriptedProvider) -> AsyncIterator[ProviderHttp]:
         backoff_seconds=0.01,
         concurrency=CONCURRENCY,
         image_egress=loopback_images(server),  # images are served by the scripted provider on loopback
+        egress=server.egress(),  # and so are the provider's answers
     )
     yield client
     await client.close()
@@ -748,25 +749,94 @@ async def test_404_model_is_model_unavailable(
     assert len(provider.requests_to("/v1/chat/completions")) == 1
 
 
-async def test_connection_refused_is_model_unavailable(openai_adapter: OpenAICompatibleAdapter) -> None:
-    target = CallTarget(
+def _ollama_at(base_url: str) -> CallTarget:
+    return CallTarget(
         model_id="m",
         provider_id="ollama",
         model_name="qwen2.5",
-        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        base_url=base_url,
         api_key=None,
         parameters=ModelParams(),
         types=frozenset({ModelType.KNOWLEDGE_QA}),
     )
-    error = await raises_model_error(
-        collect(openai_adapter.chat_stream(target, chat_request(text(pb.CHAT_ROLE_USER, "hi"))))
+
+
+async def test_a_closed_port_and_a_forbidden_address_read_the_same_to_the_tenant(
+    provider: ScriptedProvider,
+) -> None:
+    closed = closed_port()
+    # The operator allow-lists loopback on that one port: nothing listens there.
+    policy = EgressPolicy(allow_networks=("127.0.0.1/32",), allowed_ports=frozenset({closed}))  # type: ignore[arg-type]
+    http = ProviderHttp(timeout_seconds=2, max_retries=0, backoff_seconds=0.01, concurrency=2, egress=policy)
+    adapter = OpenAICompatibleAdapter(http, PROVIDERS)
+    request = chat_request(text(pb.CHAT_ROLE_USER, "hi"))
+    try:
+        refused = await raises_model_error(
+            collect(adapter.chat_stream(_ollama_at(f"http://127.0.0.1:{closed}/v1"), request))
+        )
+        forbidden = await raises_model_error(
+            collect(adapter.chat_stream(_ollama_at(f"http://10.0.0.7:{closed}/v1"), request))
+        )
+    finally:
+        await http.close()
+    assert refused.code == forbidden.code == ModelErrorCode.MODEL_UNAVAILABLE
+    assert refused.user_message() == forbidden.user_message()
+    # The logs keep the difference.
+    assert "unreachable" in refused.detail and "blocked_address" in forbidden.detail
+
+
+async def test_a_tenants_base_url_cannot_reach_internal_addresses_and_the_listener_hears_nothing(
+    provider: ScriptedProvider,
+) -> None:
+    """The scripted provider listens on 127.0.0.1; a tenant's model aimed at it — by address, as an
+    IPv4-mapped IPv6 address, by a name that resolves to it, or through a redirect from an allowed
+    server — and one at cloud metadata are all refused, and the listener receives no request."""
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        location = f"{provider.url}/v1/chat/completions"
+        writer.write(
+            f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    redirector = await asyncio.start_server(redirect, "127.0.0.2", 0)
+    redirector_port = redirector.sockets[0].getsockname()[1]
+    # Only the redirector (another loopback address) is allow-listed, as a public server would be.
+    policy = EgressPolicy(
+        allow_networks=("127.0.0.2/32",),  # type: ignore[arg-type]
+        allowed_ports=frozenset({80, 443, provider.port, redirector_port}),
     )
-    assert error.code == ModelErrorCode.MODEL_UNAVAILABLE
-    assert "ConnectError" in error.detail
+    http = ProviderHttp(timeout_seconds=5, max_retries=0, backoff_seconds=0.01, concurrency=2, egress=policy)
+    adapter = OpenAICompatibleAdapter(http, PROVIDERS)
+    request = chat_request(text(pb.CHAT_ROLE_USER, "hi"))
+    targets = [
+        f"http://127.0.0.1:{provider.port}/v1",
+        f"http://[::ffff:127.0.0.1]:{provider.port}/v1",
+        f"http://localhost:{provider.port}/v1",
+        "http://169.254.169.254/v1",
+        f"http://127.0.0.2:{redirector_port}/v1",
+    ]
+    errors = []
+    try:
+        async with redirector:
+            for base_url in targets:
+                errors.append(
+                    await raises_model_error(collect(adapter.chat_stream(_ollama_at(base_url), request)))
+                )
+    finally:
+        await http.close()
+    assert provider.requests == []  # not one request reached the listener
+    assert [e.code for e in errors[:4]] == [ModelErrorCode.MODEL_UNAVAILABLE] * 4
+    assert all("blocked_address" in e.detail for e in errors[:4]), [e.detail for e in errors]
+    assert errors[4].code is not None  # the redirect is an answer of its own, never followed
 
 
 async def test_timeout_is_retried_then_reported(provider: ScriptedProvider) -> None:
-    http = ProviderHttp(timeout_seconds=0.3, max_retries=1, backoff_seconds=0.01, concurrency=2)
+    http = ProviderHttp(
+        timeout_seconds=0.3, max_retries=1, backoff_seconds=0.01, concurrency=2, egress=provider.egress()
+    )
     adapter = OpenAICompatibleAdapter(http, PROVIDERS)
     provider.script("/v1/embeddings", Reply(json={}, delay=1.0), Reply(json={}, delay=1.0))
     try:
@@ -904,7 +974,12 @@ async def test_unreachable_image_url_for_a_base64_only_provider(
 async def image_download_error(provider: ScriptedProvider, url: str, policy: EgressPolicy) -> ModelError:
     """The error of a chat with one image URL, sent to a base64-only provider (modelhub downloads it)."""
     http = ProviderHttp(
-        timeout_seconds=5, max_retries=0, backoff_seconds=0.01, concurrency=2, image_egress=policy
+        timeout_seconds=5,
+        max_retries=0,
+        backoff_seconds=0.01,
+        concurrency=2,
+        image_egress=policy,
+        egress=provider.egress(),
     )
     adapter = OpenAICompatibleAdapter(http, PROVIDERS)
     request = chat_request(
@@ -977,6 +1052,7 @@ async def test_an_image_redirect_within_the_policy_is_followed(provider: Scripte
         backoff_seconds=0.01,
         concurrency=2,
         image_egress=loopback_images(provider),
+        egress=provider.egress(),
     )
     adapter = OpenAICompatibleAdapter(http, PROVIDERS)
     request = chat_request(

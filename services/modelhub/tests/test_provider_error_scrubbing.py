@@ -49,8 +49,10 @@ def provider(server: ScriptedProvider) -> Iterator[ScriptedProvider]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[ProviderHttp]:
-    client = ProviderHttp(timeout_seconds=5.0, max_retries=0, backoff_seconds=0.01, concurrency=2)
+async def http(server: ScriptedProvider) -> AsyncIterator[ProviderHttp]:
+    client = ProviderHttp(
+        timeout_seconds=5.0, max_retries=0, backoff_seconds=0.01, concurrency=2, egress=server.egress()
+    )
     yield client
     await client.close()
 

@@ -19,6 +19,7 @@ from knowsphere.modelhub.v1.modelhub_enums import (
     ModelErrorCode,
     ModelType,
 )
+from knowsphere_egress import EgressPolicy
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.in_use import ModelInUse
@@ -88,8 +89,12 @@ async def store(db_path: Path) -> AsyncIterator[SqlModelStore]:
     await store.close()
 
 
-def make_registry(store: SqlModelStore, env: Mapping[str, str] | None = None) -> Registry:
-    return Registry(store, KeyRing(MASTER_KEY, salt=KDF_SALT), PROVIDERS, env or {}, clock=Clock())
+def make_registry(
+    store: SqlModelStore, env: Mapping[str, str] | None = None, egress: EgressPolicy | None = None
+) -> Registry:
+    return Registry(
+        store, KeyRing(MASTER_KEY, salt=KDF_SALT), PROVIDERS, env or {}, clock=Clock(), egress=egress
+    )
 
 
 @pytest.fixture
@@ -162,6 +167,17 @@ MINILM = ModelRecord(
         (chat(provider_id="custom", base_url="http://evil.test@llm.test/v1"), "base_url", "credentials"),
         (chat(provider_id="custom", base_url="https://llm.test/v1?x=/"), "base_url", "query"),
         (chat(provider_id="custom", base_url="https://llm.test/v1#"), "base_url", "fragment"),
+        # Where a tenant's model may not point (the egress guard, without an operator allow-list).
+        (chat(provider_id="custom", base_url="http://169.254.169.254/v1"), "base_url", "may not be called"),
+        (chat(provider_id="custom", base_url="http://127.0.0.1/v1"), "base_url", "may not be called"),
+        (
+            chat(provider_id="custom", base_url="http://[::ffff:127.0.0.1]/v1"),
+            "base_url",
+            "may not be called",
+        ),
+        (chat(provider_id="custom", base_url="http://10.0.0.7/v1"), "base_url", "may not be called"),
+        (chat(provider_id="custom", base_url="http://llm.test:7233/v1"), "base_url", "may not be called"),
+        (chat(base_url="http://metadata.google.internal/v1"), "base_url", "may not be called"),
         (chat(api_key=None), "api_key", "required for provider 'openai'"),
         (chat(api_key="   "), "api_key", "required"),
         (chat(parameters=ModelParams(temperature=3)), "parameters.temperature", "between 0 and 2"),
@@ -193,11 +209,20 @@ async def test_invalid_input_names_the_field(registry, store, spec, field, words
     assert (await registry.list("tenant-a")).records == []
 
 
-async def test_valid_models_of_each_kind_are_accepted(registry):
+async def test_valid_models_of_each_kind_are_accepted(registry, store):
     custom = await registry.create(
-        "tenant-a", **chat(provider_id="custom", base_url=" http://vllm.internal:8000/v1/ ", api_key=None)
+        "tenant-a", **chat(provider_id="custom", base_url=" https://vllm.example/v1/ ", api_key=None)
     )
-    assert custom.base_url == "http://vllm.internal:8000/v1"
+    assert custom.base_url == "https://vllm.example/v1"
+    # An internal server on its own port, once the operator allow-lists its network and port.
+    allowing = make_registry(
+        store,
+        egress=EgressPolicy(allow_networks=("10.0.0.0/8",), allowed_ports=frozenset({443, 8000})),  # type: ignore[arg-type]
+    )
+    internal = await allowing.create(
+        "tenant-a", **chat(provider_id="custom", base_url="http://10.1.2.3:8000/v1", api_key=None)
+    )
+    assert internal.base_url == "http://10.1.2.3:8000/v1"
     assert custom.api_key_hint == "" and custom.api_key_ciphertext is None
     local = await registry.create(
         "tenant-a", **chat(provider_id="ollama", types=[ModelType.KNOWLEDGE_QA], api_key=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import json
 import os
 import secrets
 import sys
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field
 from knowsphere_stack.binaries import nats_binary, temporal_binary
 from knowsphere_stack.config import INGESTION_WORKER, LOOPBACK, SERVICE_NAMES, StackConfig
 from knowsphere_stack.health import GrpcHealthCheck, HealthCheck, HttpCheck, TcpCheck, UptimeCheck
+from knowsphere_stack.local_llm import DEFAULT_PORT as LOCAL_LLM_PORT
 from knowsphere_stack.tls import ensure_tls_certificates, tls_env, tls_files
 
 NATS = "nats"
@@ -221,6 +223,10 @@ def worker_available() -> bool:
         return False
 
 
+LOCAL_MODEL_PORTS = (LOCAL_LLM_PORT, 11434)
+"""Ports on loopback the local stack's modelhub may call: ``make local-llm`` and Ollama's default."""
+
+
 def service_env(
     name: str,
     config: StackConfig,
@@ -259,6 +265,11 @@ def service_env(
         env["KS_INGESTION_TEMPORAL_NAMESPACE"] = TEMPORAL_NAMESPACE
     if name == "modelhub" and master_key is not None:
         env[MASTER_KEY_ENV] = master_key
+    if name == "modelhub":
+        # The local stack's models may run on this machine (make local-llm, Ollama): loopback on
+        # their ports is allow-listed; every other private address and port stays refused.
+        env["KS_MODELHUB_EGRESS__ALLOW_NETWORKS"] = '["127.0.0.1/32"]'
+        env["KS_MODELHUB_EGRESS__ALLOWED_PORTS"] = json.dumps([80, 443, *LOCAL_MODEL_PORTS])
     # Explicit extras come last so a caller can deliberately override a wired value.
     env.update(config.extra_env)
     return env

@@ -30,7 +30,7 @@ def main() -> None:
         store = SqlModelStore(settings.sqlalchemy_url())
         keyring = KeyRing.from_strings(settings.master_key.get_secret_value(), settings.master_key_previous)
         try:
-            registry = Registry(store, keyring, PROVIDERS, os.environ)
+            registry = Registry(store, keyring, PROVIDERS, os.environ, egress=settings.egress)
         except (ModelError, ValueError) as error:  # a malformed KS_MODELHUB_<TYPE>_* fallback
             raise StartupError(str(error)) from error
         http = ProviderHttp.from_settings(settings)

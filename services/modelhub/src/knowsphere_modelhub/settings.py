@@ -46,7 +46,8 @@ class Settings(ServiceSettings):
     )
     egress: EgressPolicy = Field(
         default=EgressPolicy(),
-        description="the egress guard of image downloads (allowed ports, allow-listed networks and hosts)",
+        description="the egress guard of calls to tenants' models (their base URLs) and of image downloads "
+        "(allowed ports, allow-listed networks and hosts)",
     )
     provider_timeout_seconds: float = Field(default=60.0, gt=0)
     provider_max_retries: int = Field(default=3, ge=0, description="retries on 429, 5xx and timeouts")

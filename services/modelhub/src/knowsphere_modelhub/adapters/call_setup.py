@@ -95,7 +95,7 @@ def endpoint_for(spec: ProviderSpec, target: CallTarget, **headers: str) -> tupl
             model_id=target.model_id,
             provider_id=spec.id,
         )
-    return Endpoint(spec.id, base_url, all_headers), base_url
+    return Endpoint(spec.id, base_url, all_headers, guarded=not target.operator_configured), base_url
 
 
 def unsupported(target: CallTarget, spec: ProviderSpec, model_type: ModelType) -> ModelError:

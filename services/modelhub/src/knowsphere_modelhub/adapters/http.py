@@ -37,7 +37,14 @@ import httpx
 from opentelemetry import trace
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
-from knowsphere_egress import EgressClient, EgressError, EgressErrorCode, EgressPolicy, Resolver
+from knowsphere_egress import (
+    EgressClient,
+    EgressError,
+    EgressErrorCode,
+    EgressPolicy,
+    EgressTransport,
+    Resolver,
+)
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.settings import Settings
 from knowsphere_telemetry.redaction import redact_text
@@ -213,6 +220,17 @@ def _invalid_url(endpoint: Endpoint, url: str, exc: Exception) -> ModelError:
     )
 
 
+def _egress_failure(exc: EgressError) -> _Attempt:
+    """A call the egress guard refused, or whose target it could not reach: one error for both, so the
+    answer does not tell a tenant which addresses or ports exist inside. Only an unreachable target
+    is tried again (it may be a provider's outage)."""
+    error = ModelError(
+        ModelErrorCode.MODEL_UNAVAILABLE,
+        f"the provider's address is not allowed or cannot be reached (egress: {exc.code.value})",
+    )
+    return _Attempt(error, exc.code is EgressErrorCode.UNREACHABLE, None, f"egress.{exc.code.value}")
+
+
 def _retryable_status(status: int) -> bool:
     return status == 429 or (status >= 500 and status != 501)
 
@@ -261,6 +279,8 @@ class Endpoint:
     provider_id: str
     base_url: str
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    guarded: bool = True
+    """Through the egress guard (a tenant's base URL); False for the operator's own models."""
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -376,6 +396,8 @@ class ProviderHttp:
         image_timeout_seconds: float | None = None,
         image_egress: EgressPolicy | None = None,
         image_resolver: Resolver | None = None,
+        egress: EgressPolicy | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
@@ -385,7 +407,11 @@ class ProviderHttp:
         # Image URLs come from users; fetching them from inside the network must not reach internal
         # services (cloud metadata, admin ports): every download goes through the egress guard.
         self._images = EgressClient(image_egress or EgressPolicy(), resolver=image_resolver)
-        self._clients: dict[tuple[str, str], httpx.AsyncClient] = {}
+        # A tenant's base URL is the tenant's to choose: its calls go through the same guard, so a
+        # model cannot point at cloud metadata, the platform's own services or anything internal.
+        self._egress = egress or EgressPolicy()
+        self._resolver = resolver
+        self._clients: dict[tuple[str, str, bool], httpx.AsyncClient] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
 
     @classmethod
@@ -397,19 +423,24 @@ class ProviderHttp:
             concurrency=settings.provider_concurrency,
             image_timeout_seconds=settings.image_download_timeout_seconds or None,
             image_egress=settings.egress,
+            egress=settings.egress,
         )
 
-    def client(self, provider_id: str, base_url: str) -> httpx.AsyncClient:
-        """The pooled client of a provider and base URL (created on first use)."""
-        key = (provider_id, base_url)
+    def client(self, provider_id: str, base_url: str, *, guarded: bool = True) -> httpx.AsyncClient:
+        """The pooled client of a provider and base URL (created on first use); ``guarded``: every
+        connection through the egress guard."""
+        key = (provider_id, base_url, guarded)
         client = self._clients.get(key)
         if client is None:
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_seconds),
-                limits=httpx.Limits(
-                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
-                ),
+            limits = httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
             )
+            timeout = httpx.Timeout(self.timeout_seconds)
+            if guarded:
+                transport = EgressTransport(self._egress, resolver=self._resolver, limits=limits)
+                client = httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False)
+            else:
+                client = httpx.AsyncClient(timeout=timeout, limits=limits)
             self._clients[key] = client
         return client
 
@@ -438,7 +469,7 @@ class ProviderHttp:
         data: Mapping[str, str] | None = None,
     ) -> Any:
         """The JSON body of a successful response, after retries; ModelError otherwise."""
-        client = self.client(endpoint.provider_id, endpoint.base_url)
+        client = self.client(endpoint.provider_id, endpoint.base_url, guarded=endpoint.guarded)
         attempt = 0
         while True:
             failure: _Attempt
@@ -451,6 +482,8 @@ class ProviderHttp:
                     raise _invalid_url(endpoint, url, exc) from exc
                 except httpx.HTTPError as exc:
                     failure = self._transport_failure(exc)
+                except EgressError as exc:
+                    failure = _egress_failure(exc)
                 else:
                     if response.is_success:
                         return _json_of(response, endpoint)
@@ -463,7 +496,7 @@ class ProviderHttp:
         self, endpoint: Endpoint, method: str, url: str, *, json_body: Any
     ) -> AsyncIterator[ResponseStream]:
         """A streaming response whose first body chunk has arrived; retried until then."""
-        client = self.client(endpoint.provider_id, endpoint.base_url)
+        client = self.client(endpoint.provider_id, endpoint.base_url, guarded=endpoint.guarded)
         attempt = 0
         while True:
             failure: _Attempt
@@ -494,6 +527,8 @@ class ProviderHttp:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
             return self._transport_failure(exc)
+        except EgressError as exc:
+            return _egress_failure(exc)
         try:
             if not response.is_success:
                 body = await response.aread()

@@ -63,3 +63,6 @@ class CallTarget:
     api_key: str | None = field(repr=False)
     parameters: ModelParams
     types: frozenset[ModelType]
+    operator_configured: bool = False
+    """The operator's model (from the environment), not a tenant's: its base URL is called as given,
+    without the egress guard a tenant's base URL goes through."""

@@ -24,6 +24,7 @@ from knowsphere.modelhub.v1.modelhub_enums import (
     ModelErrorCode,
     ModelType,
 )
+from knowsphere_egress import EgressError, EgressPolicy, check_url
 from knowsphere_modelhub.domain import in_use
 from knowsphere_modelhub.domain.environment import load_environment_models
 from knowsphere_modelhub.domain.errors import ModelError, invalid_field
@@ -77,7 +78,8 @@ class Registry:
     """Tenant-scoped registry operations over a :class:`ModelStore`.
 
     ``providers`` is the provider table (``providers.PROVIDERS``); ``env`` the process environment
-    (read once, here; a bad environment model fails construction with the variable named).
+    (read once, here; a bad environment model fails construction with the variable named);
+    ``egress`` the policy a tenant's base URL must pass (its calls go through the same guard).
     """
 
     def __init__(
@@ -89,8 +91,10 @@ class Registry:
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         new_id: Callable[[], str] = lambda: f"{MODEL_ID_PREFIX}{uuid.uuid4().hex}",
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._store = store
+        self._egress = egress or EgressPolicy()
         self._keyring = keyring
         self._providers = providers
         self._clock = clock
@@ -102,6 +106,21 @@ class Registry:
         """The key's ciphertext, bound to its record (tenant and model), and its masked hint."""
         check_api_key_length(api_key)
         return self._keyring.encrypt(api_key, SecretScope(tenant_id, model_id)), mask(api_key)
+
+    def _check_destination(self, base_url: str) -> None:
+        """Refuses a base URL the egress guard would refuse whatever it resolves to (an internal
+        address, a metadata host, a port outside the policy); names are checked again at every call."""
+        if not base_url:
+            return
+        try:
+            check_url(base_url, self._egress)
+        except EgressError:
+            raise invalid_field(
+                "base_url",
+                "base_url points at an address or port models may not be called at (private, loopback, "
+                "link-local and metadata addresses, and ports outside the egress policy, unless the "
+                "operator allow-lists them)",
+            ) from None
 
     # --- CRUD ---------------------------------------------------------------------------------------
 
@@ -138,6 +157,7 @@ class Registry:
             parameters=params,
             description=description,
         )
+        self._check_destination(base_url)
         model_id = self._new_id()
         ciphertext, hint = self._encrypt_key(key, tenant_id, model_id) if key else (None, "")
         now = self._clock()
@@ -244,6 +264,8 @@ class Registry:
             parameters=changed.parameters,
             description=changed.description,
         )
+        if changed.base_url != current.base_url:
+            self._check_destination(changed.base_url)
         await self._refuse_breaking_change(tenant_id, current, changed)
         if key is not None:
             ciphertext, hint = self._encrypt_key(key, current.tenant_id, current.id) if key else (None, "")
@@ -404,6 +426,7 @@ class Registry:
             api_key=api_key,
             parameters=record.parameters,
             types=record.types,
+            operator_configured=self._environment.by_id(record.id) is not None,
         )
 
     # --- usages -------------------------------------------------------------------------------------
