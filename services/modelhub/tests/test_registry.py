@@ -182,6 +182,11 @@ MINILM = ModelRecord(
         (chat(api_key="   "), "api_key", "required"),
         (chat(parameters=ModelParams(temperature=3)), "parameters.temperature", "between 0 and 2"),
         (chat(parameters=ModelParams(max_tokens=0)), "parameters.max_tokens", "at least 1"),
+        # Extra parameters shape one answer; none may change where it goes, what it may do or how
+        # many answers are made.
+        (chat(parameters=ModelParams(extra={"n": 50})), "parameters.extra.n", "allowed: "),
+        (chat(parameters=ModelParams(extra={"tools": []})), "parameters.extra.tools", "allowed: "),
+        (chat(parameters=ModelParams(extra={"stop": ["x" * 5000]})), "parameters.extra", "limit is 4096"),
         (embedder(parameters=ModelParams()), "parameters.embedding_dimension", "required for embedding"),
         (
             embedder(parameters=ModelParams(embedding_dimension=0)),

@@ -21,7 +21,7 @@ from knowsphere_modelhub.adapters.http import Endpoint, ProviderHttp, join_url
 from knowsphere_modelhub.domain.errors import ModelError, invalid_input
 from knowsphere_modelhub.domain.providers import PROVIDERS, ProviderSpec
 from knowsphere_modelhub.domain.records import CallTarget
-from knowsphere_modelhub.domain.validation import type_list
+from knowsphere_modelhub.domain.validation import EXTRA_PARAMETERS, type_list
 from knowsphere_modelhub.settings import Settings
 
 # Fields of the request body that the adapter owns; ``extra`` parameters never replace them.
@@ -138,8 +138,9 @@ def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
 
 
 def merged_extras(target: CallTarget, provider_params: struct_pb2.Struct | None = None) -> dict[str, Any]:
-    """The model's ``extra`` parameters with the request's ``provider_params`` over them."""
-    extras = {k: _plain(v) for k, v in target.parameters.extra.items()}
+    """The model's ``extra`` parameters (those of :data:`EXTRA_PARAMETERS`: a record stored before the
+    allow-list may hold others) with the request's ``provider_params`` (the platform's) over them."""
+    extras = {k: _plain(v) for k, v in target.parameters.extra.items() if k in EXTRA_PARAMETERS}
     if provider_params is not None:
         extras.update(struct_to_dict(provider_params))
     return {k: v for k, v in extras.items() if k not in PROTECTED_FIELDS}

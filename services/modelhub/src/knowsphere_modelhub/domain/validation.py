@@ -7,8 +7,9 @@ the variable's name).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
@@ -25,6 +26,32 @@ MAX_API_KEY_CHARS = 4096
 MAX_TEMPERATURE = 2.0
 MAX_CONSUMER_ID_CHARS = 256
 MAX_CONSUMER_NAME_CHARS = 500
+EXTRA_PARAMETERS = frozenset(
+    {
+        # Sampling and length, by the names OpenAI-compatible providers share.
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "seed",
+        "stop",
+        "max_completion_tokens",
+        # Reasoning switches of the providers that have them (Qwen, DeepSeek, OpenAI, Anthropic).
+        "enable_thinking",
+        "thinking_budget",
+        "reasoning_effort",
+        "thinking",
+        # Provider features that stay inside the provider (DashScope's web search, embeddings' size).
+        "enable_search",
+        "dimensions",
+        "encoding_format",
+    }
+)
+"""The only ``parameters.extra`` keys a tenant may store: fields that shape one answer, never where
+it goes, what it may do or how many are made (no ``n``, tools, callbacks, ``user`` or headers)."""
+MAX_EXTRA_JSON_CHARS = 4096
 
 
 class ProviderInfo(Protocol):
@@ -131,7 +158,24 @@ def check_api_key_length(api_key: str) -> None:
         raise invalid_field("api_key", f"api_key is longer than {MAX_API_KEY_CHARS} characters")
 
 
+def _check_extra(extra: dict[str, Any]) -> None:
+    for key in extra:
+        if key not in EXTRA_PARAMETERS:
+            raise invalid_field(
+                f"parameters.extra.{key}",
+                f"parameters.extra.{key} is not a parameter a model may carry; allowed: "
+                f"{', '.join(sorted(EXTRA_PARAMETERS))}",
+            )
+    size = len(json.dumps(extra, default=str))
+    if size > MAX_EXTRA_JSON_CHARS:
+        raise invalid_field(
+            "parameters.extra",
+            f"parameters.extra is {size} characters of JSON; the limit is {MAX_EXTRA_JSON_CHARS}",
+        )
+
+
 def _check_parameters(params: ModelParams, types: frozenset[ModelType]) -> None:
+    _check_extra(params.extra)
     dimension = params.embedding_dimension
     field = "parameters.embedding_dimension"
     if dimension is None:
