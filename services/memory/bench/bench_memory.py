@@ -164,12 +164,13 @@ async def modelhub_channel(tmp: Path, provider: Any) -> Any:
         master_key="bench-master-key-0123456789abcdef",  # type: ignore[arg-type]
         provider_backoff_seconds=0.01,
         local_embedding_enabled=False,
+        egress=provider.egress(),  # the scripted model is on loopback
     )
     store = SqlModelStore(settings.sqlalchemy_url())
     await store.open()
     keyring = KeyRing.from_strings(settings.master_key.get_secret_value())
     await verify_master_key(store, keyring)
-    registry = Registry(store, keyring, PROVIDERS, {})
+    registry = Registry(store, keyring, PROVIDERS, {}, egress=settings.egress)
     http = ProviderHttp.from_settings(settings)
     binding = modelhub_binding(
         registry, {"openai": OpenAICompatibleAdapter(http, PROVIDERS)}, settings, NoopLlmObserver()

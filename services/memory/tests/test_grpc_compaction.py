@@ -117,6 +117,7 @@ def provider() -> Any:
 async def modelhub_service(folder: Path, provider_url: str) -> AsyncIterator[grpc.aio.Channel]:
     """modelhub's own gRPC face (SQLite registry) with the scripted server as ALICE's tenant's default
     KnowledgeQA model."""
+    from knowsphere_egress import EgressPolicy
     from knowsphere_modelhub.adapters.http import ProviderHttp
     from knowsphere_modelhub.adapters.openai_compat import OpenAICompatibleAdapter
     from knowsphere_modelhub.adapters.sql_store import SqlModelStore
@@ -132,6 +133,8 @@ async def modelhub_service(folder: Path, provider_url: str) -> AsyncIterator[grp
         master_key="unit-test-master-key-0123456789",  # type: ignore[arg-type]
         provider_backoff_seconds=0.01,
         provider_timeout_seconds=5,
+        # The tests' providers are scripted servers on loopback, on ports chosen at random.
+        egress=EgressPolicy(allow_networks=("127.0.0.1/32",), allowed_ports=frozenset(range(1, 65536))),  # type: ignore[arg-type]
     )
     store = SqlModelStore(settings.sqlalchemy_url())
     await store.open()
@@ -139,7 +142,7 @@ async def modelhub_service(folder: Path, provider_url: str) -> AsyncIterator[grp
     await verify_master_key(store, keyring)
     http = ProviderHttp.from_settings(settings)
     binding = modelhub_binding(
-        Registry(store, keyring, PROVIDERS, {}),
+        Registry(store, keyring, PROVIDERS, {}, egress=settings.egress),
         {"openai": OpenAICompatibleAdapter(http, PROVIDERS)},
         settings,
         NoopLlmObserver(),
