@@ -11,15 +11,15 @@
 - a PDF that is also a ZIP: a one-page PDF with a text layer, followed by one of those DOCX archives
   (with offsets that make it a valid ZIP as well).
 
-These follow the generators of services/ingestion/tests/test_parse_budget.py, made independent of its
-fixtures and with markers of the caller's choosing.
+These follow the generators of services/ingestion/tests/test_parse_budget.py, with markers of the
+caller's choosing; the TIFF writer is theirs (services/ingestion/tests/tiff_frames.py).
 """
 
 from __future__ import annotations
 
 import io
 import random
-import struct
+import sys
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -28,6 +28,9 @@ from pathlib import Path
 import docx
 import openpyxl
 from PIL import Image, ImageDraw
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "ingestion" / "tests"))
+from tiff_frames import deflated_zeros, tiff
 
 MIB = 1024 * 1024
 SCANNED_PAGES = 2000
@@ -195,43 +198,7 @@ def with_entities(data: bytes, part: str, visible: str, internal_marker: str, ex
 # --- TIFF ---------------------------------------------------------------------------------------------
 
 
-def _tiff(frames: list[tuple[int, int, bytes]]) -> bytes:
-    """A little-endian TIFF of 8-bit grey frames (width, height, deflate-compressed pixels), written by
-    hand so that a frame can declare any size without this process allocating it."""
-    out = bytearray(b"II*\x00\x00\x00\x00\x00")
-    next_offset_at = 4
-    for width, height, pixels in frames:
-        pixels_at = len(out)
-        out += pixels + b"\x00" * (len(pixels) % 2)
-        struct.pack_into("<I", out, next_offset_at, len(out))
-        entries = [  # (tag, type: 3 short / 4 long, value)
-            (256, 4, width),
-            (257, 4, height),
-            (258, 3, 8),  # bits per sample
-            (259, 3, 8),  # deflate
-            (262, 3, 1),  # black is zero
-            (273, 4, pixels_at),
-            (277, 3, 1),  # samples per pixel
-            (278, 4, height),  # rows per strip: one strip
-            (279, 4, len(pixels)),
-        ]
-        out += struct.pack("<H", len(entries))
-        for tag, kind, value in entries:
-            packed = struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value)
-            out += struct.pack("<HHI", tag, kind, 1) + packed
-        next_offset_at = len(out)
-        out += b"\x00\x00\x00\x00"
-    return bytes(out)
-
-
-def _deflated_zeros(size: int) -> bytes:
-    compressor = zlib.compressobj(9)
-    chunk = bytes(MIB)
-    parts = [compressor.compress(chunk) for _ in range(size // MIB)]
-    return b"".join([*parts, compressor.compress(bytes(size % MIB)), compressor.flush()])
-
-
 def tiff_with_bomb_frame(side: int = TIFF_BOMB_SIDE) -> bytes:
     """A TIFF whose second frame declares ``side`` x ``side`` pixels that really decode (zeros)."""
     first = (64, 64, zlib.compress(bytes([255]) * 64 * 64))
-    return _tiff([first, (side, side, _deflated_zeros(side * side))])
+    return tiff([first, (side, side, deflated_zeros(side * side))])

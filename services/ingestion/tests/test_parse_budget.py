@@ -17,7 +17,6 @@ import importlib.util
 import io
 import json
 import random
-import struct
 import subprocess
 import sys
 import time
@@ -49,6 +48,9 @@ from knowsphere_ingestion.storage.blobs import build_blob_store
 from knowsphere_ingestion.workflows import DocumentRun, IngestBatch
 from knowsphere_runtime.identity import Identity
 from knowsphere_telemetry import attributes as attr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiff_frames import deflated_zeros, tiff
 
 XML_BOMB_BYTES = 190 * MIB
 needs_ocr = pytest.mark.skipif(
@@ -124,42 +126,6 @@ def xml_bomb() -> bytes:
         for i in range(12_000)
     )
     return _docx_with_body(iter([block] * (XML_BOMB_BYTES // len(block))))
-
-
-def _tiff(frames: list[tuple[int, int, bytes]]) -> bytes:
-    """A little-endian TIFF of 8-bit grey frames (width, height, deflate-compressed pixels), written by
-    hand so that a frame can declare any size without the test allocating it."""
-    out = bytearray(b"II*\x00\x00\x00\x00\x00")
-    next_offset_at = 4
-    for width, height, pixels in frames:
-        pixels_at = len(out)
-        out += pixels + b"\x00" * (len(pixels) % 2)
-        struct.pack_into("<I", out, next_offset_at, len(out))
-        entries = [  # (tag, type: 3 short / 4 long, value)
-            (256, 4, width),
-            (257, 4, height),
-            (258, 3, 8),  # bits per sample
-            (259, 3, 8),  # deflate
-            (262, 3, 1),  # black is zero
-            (273, 4, pixels_at),
-            (277, 3, 1),  # samples per pixel
-            (278, 4, height),  # rows per strip: one strip
-            (279, 4, len(pixels)),
-        ]
-        out += struct.pack("<H", len(entries))
-        for tag, kind, value in entries:
-            packed = struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value)
-            out += struct.pack("<HHI", tag, kind, 1) + packed
-        next_offset_at = len(out)
-        out += b"\x00\x00\x00\x00"
-    return bytes(out)
-
-
-def _deflated_zeros(size: int) -> bytes:
-    compressor = zlib.compressobj(9)
-    chunk = bytes(MIB)
-    parts = [compressor.compress(chunk) for _ in range(size // MIB)]
-    return b"".join([*parts, compressor.compress(bytes(size % MIB)), compressor.flush()])
 
 
 def _scanned_pdf(pages: int) -> bytes:
@@ -251,7 +217,7 @@ async def test_a_tiff_whose_second_frame_is_a_bomb_fails_before_that_frame_is_de
     pixels = side * side
     first = (64, 64, zlib.compress(bytes([255]) * 64 * 64))
     # Pixels that really decode: a decoder that went ahead would fill all side x side bytes.
-    data = _tiff([first, (side, side, _deflated_zeros(pixels))])
+    data = tiff([first, (side, side, deflated_zeros(pixels))])
     assert len(data) < 300 * 1024
     baseline = await plain_text_parses(parser)
 

@@ -830,7 +830,8 @@ async def test_a_tenants_base_url_cannot_reach_internal_addresses_and_the_listen
     assert provider.requests == []  # not one request reached the listener
     assert [e.code for e in errors[:4]] == [ModelErrorCode.MODEL_UNAVAILABLE] * 4
     assert all("blocked_address" in e.detail for e in errors[:4]), [e.detail for e in errors]
-    assert errors[4].code is not None  # the redirect is an answer of its own, never followed
+    # The redirect is the allowed server's own answer, an error of its own: it is never followed.
+    assert errors[4].code == ModelErrorCode.PROVIDER_ERROR and "HTTP 307" in errors[4].detail
 
 
 async def test_timeout_is_retried_then_reported(provider: ScriptedProvider) -> None:
