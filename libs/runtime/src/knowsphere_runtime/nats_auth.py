@@ -24,7 +24,7 @@ from faststream.security import BaseSecurity
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from knowsphere_runtime.nats_permissions import public_key
+from knowsphere_runtime.nats_permissions import inbox_prefix, public_key
 
 NKEY_SEED_FILE_ENV = "KS_NATS_NKEY_SEED_FILE"
 CREDS_FILE_ENV = "KS_NATS_CREDS_FILE"
@@ -104,8 +104,6 @@ class NatsAuthSettings(BaseSettings):
         client library's ``_INBOX``) otherwise."""
         if self.nkey_seed_file is None:
             return None
-        from knowsphere_runtime.nats_permissions import inbox_prefix, public_key
-
         return inbox_prefix(public_key(_readable(self.nkey_seed_file)))
 
     def connect_options(self) -> dict[str, str]:
