@@ -444,6 +444,24 @@ def test_knowledge_base_crud_is_tenant_scoped(stack: Any) -> None:
     run(stack, LOCAL, work)
 
 
+def test_a_chinese_knowledge_base_gets_the_multilingual_builtin_by_default(stack: Any) -> None:
+    """The tenant's default (English-only MiniLM) cannot read Chinese: a knowledge base that says it is
+    Chinese, by its hint or its name, gets the multilingual built-in; an explicit model always wins."""
+
+    async def work(api: Api) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        by_name = await api.kb(f"员工手册-{suffix}")
+        by_hint = await api.kb(f"handbook-zh-{suffix}", language_hint="zh-CN")
+        english = await api.kb(f"handbook-en-{suffix}", language_hint="en")
+        named = await api.kb(f"手册-{suffix}", embedding_model_id="builtin-minilm-l6-v2")
+        assert by_name.embedding_model_id == by_hint.embedding_model_id == "builtin-multilingual-e5-small"
+        assert english.embedding_model_id == named.embedding_model_id == "builtin-minilm-l6-v2"
+        for kb in (by_name, by_hint, english, named):
+            await api.ingestion.DeleteKnowledgeBase(pb.DeleteKnowledgeBaseRequest(knowledge_base_id=kb.id))
+
+    run(stack, LOCAL, work)
+
+
 def _long_document() -> bytes:
     sentences = [
         f"Section {i} explains how component {i} of the turbine is inspected, cleaned and logged "

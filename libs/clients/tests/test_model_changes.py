@@ -37,6 +37,7 @@ class ScriptedModelHub:
     def __init__(self) -> None:
         self.rerank_defaults: dict[str, str] = {}
         self.languages: dict[tuple[str, str], list[str]] = {}
+        self.windows: dict[str, int] = {}  # model id -> context window
         self.asked: list[tuple[str, str]] = []  # (tenant, method)
 
     async def GetDefaultModel(self, request: mpb.GetDefaultModelRequest, context: Any) -> Any:
@@ -51,10 +52,13 @@ class ScriptedModelHub:
     async def GetModel(self, request: mpb.GetModelRequest, context: Any) -> Any:
         tenant = require_identity().tenant_id
         self.asked.append((tenant, "GetModel"))
+        if request.model_id == "deleted":
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"model {request.model_id} not found")
         extra = Struct()
         extra.update({"languages": self.languages.get((tenant, request.model_id), [])})
         model = mpb.Model(id=request.model_id, types=[mpb.MODEL_TYPE_EMBEDDING])
         model.parameters.extra.CopyFrom(extra)
+        model.parameters.context_window = self.windows.get(request.model_id, 0)
         return mpb.GetModelResponse(model=model)
 
 
@@ -117,6 +121,20 @@ async def test_a_model_change_is_seen_at_the_next_request_not_after_the_cache_ex
     assert hub.asked[asked:] == [("acme", "GetDefaultModel"), ("acme", "GetModel")]
     assert await facts(client, GLOBEX) == (False, ())  # another tenant's facts stay cached
     assert len(hub.asked) == asked + 2
+
+
+async def test_the_window_an_embedding_model_reads_is_read_once_and_a_missing_model_reads_nothing(modelhub):
+    hub, client = modelhub
+    hub.windows["embedder"] = 256
+    with bound_identity(ACME):
+        assert await client.model_window("embedder") == 256
+        assert await client.model_window("deleted") == 0
+        asked = len(hub.asked)
+        assert await client.model_window("embedder") == 256  # cached
+        assert len(hub.asked) == asked
+        hub.windows["embedder"] = 512
+        client.invalidate("acme", "embedder")
+        assert await client.model_window("embedder") == 512
 
 
 async def test_an_event_without_a_tenant_drops_nothing(modelhub):

@@ -14,6 +14,8 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_clients import EmbeddingModel, NoModelConfigured, WrongModelType
 from knowsphere_clients.errors import InvalidArgument, NotFound
 from knowsphere_contracts.vocabulary import ChunkingStrategy, MigrationState
@@ -54,7 +56,18 @@ class ModelHub:
 
     def __init__(self, default: str = "m-1") -> None:
         self.default = default
-        self.models = {"m-1": 384, "m-2": 1024}
+        self.models = {"m-1": 384, "m-2": 1024, "builtin-multi": 384}
+        self.languages: dict[str, tuple[str, ...]] = {"builtin-multi": ("multi",)}  # () = unknown
+
+    async def default_model(self, model_type: ModelType) -> mpb.Model | None:
+        return mpb.Model(id=self.default) if self.default else None
+
+    async def model_languages(self, model_id: str) -> tuple[str, ...]:
+        return self.languages.get(model_id, ())
+
+    async def list_models(self, request: mpb.ListModelsRequest) -> mpb.ListModelsResponse:
+        builtin = [mpb.Model(id="builtin-multi", builtin=True)]
+        return mpb.ListModelsResponse(models=[*builtin, *(mpb.Model(id=m) for m in ("m-1", "m-2"))])
 
     async def resolve_embedding_model(self, model_id: str) -> EmbeddingModel:
         model_id = model_id or self.default
@@ -180,7 +193,7 @@ def test_names_and_language_hints() -> None:
 
 async def create(kbs: KnowledgeBases, **fields: Any) -> pb.KnowledgeBase:
     response = await kbs.CreateKnowledgeBase(
-        pb.CreateKnowledgeBaseRequest(name="Manuals", **fields), Context()
+        pb.CreateKnowledgeBaseRequest(**{"name": "Manuals", **fields}), Context()
     )
     return response.knowledge_base  # type: ignore[no-any-return]
 
@@ -205,6 +218,33 @@ async def test_a_knowledge_base_is_created_with_the_default_model_and_configured
     with pytest.raises(Aborted) as taken:
         await create(kbs)
     assert taken.value.status.code == grpc.StatusCode.ALREADY_EXISTS and taken.value.field == "name"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint", "named", "expected"),
+    [
+        ("产品手册", "", "", "builtin-multi"),  # Chinese name, no hint: a model that reads Chinese
+        ("Manuals", "zh-Hans", "", "builtin-multi"),
+        ("Manuals", "ja", "", "builtin-multi"),
+        ("Manuals", "", "", "m-1"),  # English: the default reads it
+        ("产品手册", "en", "", "m-1"),  # the hint wins over the name
+        ("产品手册", "zh", "m-2", "m-2"),  # a model named in the request is always used
+    ],
+)
+async def test_a_knowledge_base_in_a_language_the_default_cannot_read_gets_a_builtin_that_can(
+    store: IngestionStore, name: str, hint: str, named: str, expected: str
+) -> None:
+    hub = ModelHub()
+    hub.languages["m-1"] = ("en",)
+    kbs, retrieval, _ = servicer(store, hub)
+    kb = await create(kbs, name=name, language_hint=hint, embedding_model_id=named)
+    assert kb.embedding_model_id == expected
+    assert retrieval.configured[0][1]["embedding_model_id"] == expected
+
+
+async def test_a_default_that_says_nothing_of_languages_is_kept(store: IngestionStore) -> None:
+    kbs, _, _ = servicer(store)  # m-1 documents no languages: it may read Chinese
+    assert (await create(kbs, name="产品手册")).embedding_model_id == "m-1"
 
 
 @pytest.mark.parametrize(

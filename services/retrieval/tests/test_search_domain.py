@@ -2,9 +2,9 @@
 
 import pytest
 
+from knowsphere_contracts.language import detect_language, model_reads
 from knowsphere_retrieval.domain.expansion import SynonymTable, parse_variants
 from knowsphere_retrieval.domain.fusion import fuse
-from knowsphere_retrieval.domain.language import detect_language, model_reads
 from knowsphere_retrieval.domain.mmr import jaccard, mmr_order_by
 from knowsphere_retrieval.domain.ports import Hit
 from knowsphere_retrieval.domain.search import collection_name

@@ -20,7 +20,7 @@ from google.protobuf.json_format import MessageToDict
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ChatRole, ModelErrorCode, ModelType
 from knowsphere_clients.base import ServiceClient
-from knowsphere_clients.errors import ServiceError
+from knowsphere_clients.errors import NotFound, ServiceError
 from knowsphere_runtime.identity import current_identity
 
 ChatInput = mpb.ChatMessage | Mapping[str, str]
@@ -189,6 +189,21 @@ class ModelHubClient(ServiceClient):
         languages = tuple(str(lang) for lang in listed) if isinstance(listed, list) else ()
         self._remember("languages", model_id, languages)
         return languages
+
+    async def model_window(self, model_id: str) -> int:
+        """How many tokens the model reads (its record's ``parameters.context_window``); 0 when its record
+        does not say or the model does not exist. Other failures raise. Cached."""
+        found, value = self._cached("window", model_id)
+        if found:
+            window: int = value
+            return window
+        try:
+            model = await self.get_model(model_id)
+        except NotFound:
+            return 0
+        window = max(0, model.parameters.context_window)
+        self._remember("window", model_id, window)
+        return window
 
     async def resolve_embedding_model(self, model_id: str) -> EmbeddingModel:
         """The named embedding model (the tenant's default when empty) with its vector dimension.

@@ -16,6 +16,8 @@ import grpc
 import structlog
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_clients import (
     EmbeddingModel,
     ModelHubClient,
@@ -24,6 +26,7 @@ from knowsphere_clients import (
     WrongModelType,
 )
 from knowsphere_contracts.convert import record_from
+from knowsphere_contracts.language import detect_language, model_reads
 from knowsphere_contracts.vocabulary import (
     IN_PROGRESS_STATUSES,
     ChunkingStrategy,
@@ -138,9 +141,13 @@ class KnowledgeBases:
         self._runs = runs
         self._announce = announce
 
-    async def _embedding_model(self, model_id: str) -> EmbeddingModel:
-        """The named embedding model, or the tenant's default when none is named."""
+    async def _embedding_model(self, model_id: str, language: str = "") -> EmbeddingModel:
+        """The named embedding model; when none is named, the tenant's default, unless the knowledge
+        base's language is one the default cannot read and a built-in model can (an English-only
+        default and a Chinese knowledge base get the multilingual built-in)."""
         try:
+            if not model_id and language:
+                model_id = await self._builtin_reading(language)
             return await self._modelhub.resolve_embedding_model(model_id)
         except NoModelConfigured as error:
             raise RequestError(
@@ -149,6 +156,21 @@ class KnowledgeBases:
         except WrongModelType as error:
             raise invalid("embedding_model_id", str(error)) from error
 
+    async def _builtin_reading(self, language: str) -> str:
+        """The id of a built-in embedding model that reads ``language`` when the tenant's default does
+        not; empty to keep the default (it reads the language, says nothing of languages, or no
+        built-in reads it either)."""
+        default = await self._modelhub.default_model(ModelType.EMBEDDING)
+        if default is None or model_reads(await self._modelhub.model_languages(default.id), language):
+            return ""
+        listed = await self._modelhub.list_models(mpb.ListModelsRequest(type=mpb.MODEL_TYPE_EMBEDDING))
+        for model in listed.models:  # built-in models come first
+            if not model.builtin:
+                break
+            if model_reads(await self._modelhub.model_languages(model.id), language):
+                return model.id
+        return ""
+
     async def CreateKnowledgeBase(self, request: pb.CreateKnowledgeBaseRequest, context: Any) -> Any:
         async def work() -> pb.CreateKnowledgeBaseResponse:
             tenant = require_identity().tenant_id
@@ -156,7 +178,11 @@ class KnowledgeBases:
             description = description_of(self._settings, request.description)
             chunking = chunking_of(self._settings, request.chunking if request.HasField("chunking") else None)
             language = language_of(request.language_hint)
-            model = await self._embedding_model(request.embedding_model_id)
+            # With no hint, the language of the name and description stands in for the documents'.
+            model = await self._embedding_model(
+                request.embedding_model_id,
+                language.split("-")[0].lower() or detect_language(f"{name}\n{description}"),
+            )
             now = datetime.now(UTC)
             kb = KnowledgeBase(
                 id=uuid.uuid4().hex,

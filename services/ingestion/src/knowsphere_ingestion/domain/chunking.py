@@ -41,6 +41,14 @@ DEFAULT_PARENT_SIZE = 1024
 DEFAULT_HEADING_MAX_SIZE = 512
 CHUNK_ID_HEX_CHARS = 32
 
+MODEL_TOKENS_PER_COUNTED_TOKEN = 1.4
+"""Sub-word tokens an embedding model reads per token counted here. Measured with MiniLM's WordPiece on
+800 documents each: SciFact abstracts median 1.27, 90th percentile 1.42; HotpotQA paragraphs median
+1.09; Chinese (CMRC2018) median 1.01, since a Chinese character is counted as one token and sub-word
+tokenisers rarely split one further. The 90th percentile keeps nine chunks in ten wholly visible."""
+MODEL_RESERVED_TOKENS = 8
+"""Of a model's input window: special tokens and an instruction prefix such as ``passage: ``."""
+
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
 
@@ -97,6 +105,31 @@ class ChunkingConfig:
             raise ValueError(
                 f"parent_size must be >= child_size ({self.child_size}) tokens, got {self.parent_size}"
             )
+
+
+def fitted_size(model_window_tokens: int, default: int) -> int:
+    """The chunk size (counted tokens) whose chunks an embedding model with this input window reads
+    whole: ``default`` when it fits or the window is unknown (0), never above it (a bigger window does
+    not make bigger chunks better for recall)."""
+    if model_window_tokens <= 0:
+        return default
+    fits = int((model_window_tokens - MODEL_RESERVED_TOKENS) / MODEL_TOKENS_PER_COUNTED_TOKEN)
+    return max(1, min(default, fits))
+
+
+def fitted_config(
+    model_window_tokens: int, strategy: ChunkingStrategy = ChunkingStrategy.HEADING
+) -> ChunkingConfig:
+    """The default chunking for a knowledge base whose embedding model reads ``model_window_tokens``:
+    the chunks that are embedded (heading chunks, or children) fit the window; parents, which are
+    read rather than embedded, keep their size."""
+    child = fitted_size(model_window_tokens, DEFAULT_CHILD_SIZE)
+    return ChunkingConfig(
+        strategy=strategy,
+        child_size=child,
+        child_overlap=min(DEFAULT_CHILD_OVERLAP, child // 4),
+        heading_max_size=fitted_size(model_window_tokens, DEFAULT_HEADING_MAX_SIZE),
+    )
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,9 @@ from datetime import datetime
 
 from knowsphere_contracts.vocabulary import ChunkingStrategy, DocumentStatus, IngestionStage, MigrationState
 from knowsphere_ingestion.domain.chunking import (
-    DEFAULT_CHILD_OVERLAP,
-    DEFAULT_CHILD_SIZE,
-    DEFAULT_HEADING_MAX_SIZE,
     DEFAULT_PARENT_SIZE,
     ChunkingConfig,
+    fitted_config,
 )
 
 # Share of the overall percentage each stage covers (graph is extra work after the document is usable).
@@ -41,18 +39,22 @@ class ChunkingSettings:
             strategy = "heading" if self.strategy == "headings" else self.strategy
             object.__setattr__(self, "strategy", ChunkingStrategy.parse(strategy))
 
-    def to_config(self) -> ChunkingConfig:
+    def to_config(self, model_window_tokens: int = 0) -> ChunkingConfig:
+        """The chunker's configuration. Sizes left at 0 take the defaults fitted to the input window of
+        the knowledge base's embedding model (``model_window_tokens``; 0 when unknown), so that what is
+        embedded is embedded whole."""
+        fitted = fitted_config(model_window_tokens, self.strategy)
         if self.strategy == ChunkingStrategy.PARENT_CHILD:
             return ChunkingConfig(
                 strategy=self.strategy,
-                child_size=self.child_size_tokens or DEFAULT_CHILD_SIZE,
-                child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
+                child_size=self.child_size_tokens or fitted.child_size,
+                child_overlap=self.chunk_overlap_tokens or fitted.child_overlap,
                 parent_size=self.parent_size_tokens or DEFAULT_PARENT_SIZE,
             )
         return ChunkingConfig(
             strategy=self.strategy,
-            heading_max_size=self.chunk_size_tokens or DEFAULT_HEADING_MAX_SIZE,
-            child_overlap=self.chunk_overlap_tokens or DEFAULT_CHILD_OVERLAP,
+            heading_max_size=self.chunk_size_tokens or fitted.heading_max_size,
+            child_overlap=self.chunk_overlap_tokens or fitted.child_overlap,
         )
 
 

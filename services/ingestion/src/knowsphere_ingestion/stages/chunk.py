@@ -1,4 +1,5 @@
-"""The chunk stage: the parsed document is cut into chunks as its knowledge base's settings say."""
+"""The chunk stage: the parsed document is cut into chunks as its knowledge base's settings say, with
+default sizes fitted to the input window of its embedding model."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ async def chunk_documents(context: StageContext, batch: IngestBatch) -> StageRes
 async def _chunk_one(context: StageContext, stage: Stage, kb: KnowledgeBase) -> Done:
     job = stage.job
     parsed = await context.artifacts.parsed(job)
-    config = kb.chunking.to_config()
+    # Sizes the knowledge base leaves at their defaults fit what its embedding model reads.
+    config = kb.chunking.to_config(await context.modelhub.model_window(kb.embedding_model_id))
     if sum(len(b.text) for b in parsed.blocks) <= CHUNK_ON_LOOP_CHARS:
         # Milliseconds of work: on the loop, where a thread hop would cost more than the work.
         chunks = chunk_document(job.document_id, parsed, config)

@@ -1,37 +1,5 @@
-"""Which language a text is in, as far as retrieval needs to know: does an embedding model read it."""
+"""The language vocabulary retrieval uses, defined once in ``knowsphere_contracts.language``."""
 
-from __future__ import annotations
+from knowsphere_contracts.language import cjk_share, detect_language, model_reads
 
-from collections.abc import Iterable
-
-
-def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0x3400 <= code <= 0x4DBF  # extension A
-        or 0x3040 <= code <= 0x30FF  # kana
-        or 0xAC00 <= code <= 0xD7AF  # hangul
-        or 0xF900 <= code <= 0xFAFF
-    )
-
-
-def cjk_share(text: str) -> float:
-    """Share of CJK characters among the letters of ``text`` (0 when it has none)."""
-    letters = [ch for ch in text if ch.isalpha()]
-    if not letters:
-        return 0.0
-    return sum(1 for ch in letters if _is_cjk(ch)) / len(letters)
-
-
-def detect_language(text: str, threshold: float = 0.3) -> str:
-    """``zh`` when CJK characters make up at least ``threshold`` of the letters, else ``en``."""
-    return "zh" if cjk_share(text) >= threshold else "en"
-
-
-def model_reads(languages: Iterable[str], language: str) -> bool:
-    """Whether a model documented for ``languages`` reads ``language``; unknown (empty) means yes."""
-    known = [lang.lower() for lang in languages]
-    if not known or "multi" in known or "*" in known:
-        return True
-    return language.lower() in known or any(k.split("-")[0] == language.lower() for k in known)
+__all__ = ["cjk_share", "detect_language", "model_reads"]
