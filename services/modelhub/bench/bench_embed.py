@@ -1,12 +1,15 @@
 """Throughput and latency of the built-in CPU embedding model, through the adapter the service uses.
 
-Measures (1) texts per second for texts of about 256 word pieces embedded in batches of 32, the
-indexing workload, and (2) the p50/p95 latency of embedding one short query, the search workload.
-Texts come from the BEIR SciFact corpus when ``<repo>/../shared/data/beir-scifact/`` exists, else
-from synthetic English; the output says which. Prints readable lines, then one JSON object as the
-last line (for scripts and CI logs).
+Measures (1) texts per second for texts of 256 tokens of the measured model (its own tokenizer,
+specials and prefix included) embedded in batches of 32, the indexing workload, and (2) the p50/p95
+latency of embedding one short query, the search workload. English texts come from the BEIR SciFact
+corpus when ``<repo>/../shared/data/beir-scifact/`` exists, else from synthetic English; the output
+says which. The multilingual model is also measured on Chinese (``cmrc2018-zh`` paragraphs and
+questions, when that folder exists). Prints readable lines, then one JSON object as the last line
+(for scripts and CI logs).
 
     python services/modelhub/bench/bench_embed.py [--texts 320] [--queries 200] [--model ID] [--threads N]
+        [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_modelhub.adapters.local_embedding import (
     BUILTIN_MODELS,
     MINILM,
+    MULTILINGUAL_E5_SMALL,
     PROVIDER_ID,
     BuiltinModel,
     LocalEmbeddingAdapter,
@@ -38,7 +42,8 @@ from knowsphere_modelhub.domain.records import CallTarget, ModelParams
 
 REPO = Path(__file__).resolve().parents[3]
 SCIFACT = REPO.parent / "shared" / "data" / "beir-scifact"
-TOKENS_PER_TEXT = 256  # word pieces per text, [CLS] and [SEP] included: MiniLM's whole input
+CMRC = REPO.parent / "shared" / "data" / "cmrc2018-zh"
+TOKENS_PER_TEXT = 256  # tokens per text, specials (and e5's "passage: ") included: MiniLM's whole input
 BATCH = 32
 WARM_UP_BATCHES = 1
 CONTENDED_BELOW = 0.85  # share of its CPUs the model must get for the figures to stand for this machine
@@ -72,6 +77,44 @@ def _synthetic_paragraphs(seed: int = 7) -> Iterator[str]:
     while True:
         sentences = (" ".join(rng.choices(vocabulary, k=rng.randint(8, 20))) for _ in range(20))
         yield ". ".join(s.capitalize() for s in sentences) + "."
+
+
+def _chinese_paragraphs() -> Iterator[str]:
+    with (CMRC / "corpus.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            yield json.loads(line)["text"]
+
+
+def _chinese_queries(n: int) -> list[str]:
+    with (CMRC / "queries.jsonl").open(encoding="utf-8") as lines:
+        found = [json.loads(line)["text"] for line in lines]
+    return [found[i % len(found)] for i in range(n)]
+
+
+def _e5_texts(paragraphs: Iterator[str], n: int, tokens: int) -> list[str]:
+    """n texts of at most ``tokens`` e5 tokens ("passage: " and specials included), each within a few
+    tokens of it: the longest prefix of the running text that fits."""
+    from knowsphere_modelhub.adapters.e5_engine import PASSAGE_PREFIX, E5Tokenizer, Q4File, SourceWeights
+
+    tokenizer = E5Tokenizer(Q4File(SourceWeights.installed().path))
+    texts: list[str] = []
+    buffer = ""
+    for paragraph in paragraphs:
+        buffer = f"{buffer} {paragraph}".strip()
+        if tokenizer.count(buffer, PASSAGE_PREFIX) <= tokens:
+            continue
+        fits, too_long = 0, len(buffer)
+        while too_long - fits > 1:
+            middle = (fits + too_long) // 2
+            if tokenizer.count(buffer[:middle], PASSAGE_PREFIX) <= tokens:
+                fits = middle
+            else:
+                too_long = middle
+        texts.append(buffer[:fits])
+        buffer = ""
+        if len(texts) == n:
+            return texts
+    raise SystemExit(f"the source ran out after {len(texts)} texts of {tokens} tokens")
 
 
 def _queries(n: int, use_corpus: bool) -> list[str]:
@@ -140,51 +183,83 @@ def _target(model: BuiltinModel) -> CallTarget:
     )
 
 
+async def _throughput(
+    adapter: LocalEmbeddingAdapter, target: CallTarget, texts: list[str]
+) -> tuple[float, float, float, float]:
+    """texts/s, tokens per text, seconds and the share of its CPUs the model got, after a warm-up batch."""
+    await adapter.embed(target, texts[: WARM_UP_BATCHES * BATCH], pb.EMBED_INPUT_TYPE_DOCUMENT)
+    measured = texts[WARM_UP_BATCHES * BATCH :]
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = await adapter.embed(target, measured, pb.EMBED_INPUT_TYPE_DOCUMENT)
+    elapsed = time.perf_counter() - started
+    cpu_share = (time.process_time() - cpu_started) / (elapsed * adapter.threads)
+    return len(measured) / elapsed, (result.prompt_tokens or 0) / len(measured), elapsed, cpu_share
+
+
+async def _query_latencies(
+    adapter: LocalEmbeddingAdapter, target: CallTarget, queries: list[str]
+) -> list[float]:
+    for query in queries[:5]:
+        await adapter.embed(target, [query], pb.EMBED_INPUT_TYPE_QUERY)
+    latencies: list[float] = []
+    for query in queries[5:]:
+        started = time.perf_counter()
+        await adapter.embed(target, [query], pb.EMBED_INPUT_TYPE_QUERY)
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     model = next(m for m in BUILTIN_MODELS if m.id == args.model)
+    multilingual = model is MULTILINGUAL_E5_SMALL
     use_corpus = (SCIFACT / "corpus.jsonl").exists()
     source = "beir-scifact corpus" if use_corpus else "synthetic English (beir-scifact not found)"
     paragraphs = _corpus_paragraphs() if use_corpus else _synthetic_paragraphs()
-    texts = _texts_of_exact_length(paragraphs, args.texts + WARM_UP_BATCHES * BATCH, TOKENS_PER_TEXT)
-    queries = _queries(args.queries + 5, use_corpus)
+    count = args.texts + WARM_UP_BATCHES * BATCH
+    cut = _e5_texts if multilingual else _texts_of_exact_length
+    sets = {"en": cut(paragraphs, count, TOKENS_PER_TEXT)}
+    queries = {"en": _queries(args.queries + 5, use_corpus)}
+    if multilingual and (CMRC / "corpus.jsonl").exists():
+        sets["zh"] = _e5_texts(_chinese_paragraphs(), count, TOKENS_PER_TEXT)
+        queries["zh"] = _chinese_queries(args.queries + 5)
 
-    adapter = LocalEmbeddingAdapter(batch_size=BATCH, threads=args.threads)
+    adapter = LocalEmbeddingAdapter(batch_size=BATCH, threads=args.threads, cache_dir=args.cache_dir)
     target = _target(model)
+    throughput: dict[str, dict[str, float]] = {}
+    latency: dict[str, dict[str, float]] = {}
+    shares: list[float] = []
     try:
         started = time.perf_counter()
         await adapter.warm_up([model.model_name])
         load_s = time.perf_counter() - started
         print(f"model       {model.id} ({model.model_name}), loaded in {load_s:.2f}s")
         print(f"threads     {adapter.threads} (of {os.cpu_count()} CPUs)")
-        print(f"texts       {args.texts} from {source}")
-
-        await adapter.embed(target, texts[: WARM_UP_BATCHES * BATCH], pb.EMBED_INPUT_TYPE_DOCUMENT)
-        measured = texts[WARM_UP_BATCHES * BATCH :]
-        started, cpu_started = time.perf_counter(), time.process_time()
-        result = await adapter.embed(target, measured, pb.EMBED_INPUT_TYPE_DOCUMENT)
-        elapsed = time.perf_counter() - started
-        cpu_share = (time.process_time() - cpu_started) / (elapsed * adapter.threads)
-        tokens_per_text = (result.prompt_tokens or 0) / len(measured)
-        texts_per_s = len(measured) / elapsed
-        print(
-            f"throughput  {texts_per_s:.1f} texts/s, {texts_per_s * tokens_per_text:.0f} tokens/s "
-            f"({len(measured)} texts of {tokens_per_text:.1f} tokens, batch {BATCH}, {elapsed:.1f}s)"
-        )
-
-        for query in queries[:5]:
-            await adapter.embed(target, [query], pb.EMBED_INPUT_TYPE_QUERY)
-        latencies: list[float] = []
-        for query in queries[5:]:
-            started = time.perf_counter()
-            await adapter.embed(target, [query], pb.EMBED_INPUT_TYPE_QUERY)
-            latencies.append((time.perf_counter() - started) * 1000)
-        p50, p95 = _percentile(latencies, 50), _percentile(latencies, 95)
-        print(
-            f"query       p50 {p50:.1f} ms, p95 {p95:.1f} ms, mean {statistics.fmean(latencies):.1f} ms "
-            f"({len(latencies)} single short queries)"
-        )
+        print(f"texts       {args.texts} per language; English from {source}")
+        for language, texts in sets.items():
+            texts_per_s, tokens_per_text, elapsed, cpu_share = await _throughput(adapter, target, texts)
+            shares.append(cpu_share)
+            throughput[language] = {
+                "texts_per_s": round(texts_per_s, 2),
+                "tokens_per_text": round(tokens_per_text, 1),
+                "cpu_share": round(cpu_share, 2),
+            }
+            print(
+                f"throughput  {language}: {texts_per_s:.1f} texts/s, "
+                f"{texts_per_s * tokens_per_text:.0f} tokens/s "
+                f"({args.texts} texts of {tokens_per_text:.1f} tokens, batch {BATCH}, {elapsed:.1f}s, "
+                f"{cpu_share:.0%} of the CPUs)"
+            )
+        for language, asked in queries.items():
+            latencies = await _query_latencies(adapter, target, asked)
+            p50, p95 = _percentile(latencies, 50), _percentile(latencies, 95)
+            latency[language] = {"p50_ms": round(p50, 2), "p95_ms": round(p95, 2), "queries": len(latencies)}
+            print(
+                f"query       {language}: p50 {p50:.1f} ms, p95 {p95:.1f} ms, "
+                f"mean {statistics.fmean(latencies):.1f} ms ({len(latencies)} single short queries)"
+            )
     finally:
         await adapter.close()
+    cpu_share = min(shares)
     contended = cpu_share < CONTENDED_BELOW
     print(
         f"machine     load average {args.load_before} before the run; the model got {cpu_share:.0%} of "
@@ -194,14 +269,16 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
 
     return {
         "model": model.id,
-        "texts_per_s": round(texts_per_s, 2),
+        "texts_per_s": throughput["en"]["texts_per_s"],
+        "throughput": throughput,
         "batch": BATCH,
-        "tokens_per_text": round(tokens_per_text, 1),
-        "texts": len(measured),
+        "tokens_per_text": throughput["en"]["tokens_per_text"],
+        "texts": args.texts,
         "source": "beir-scifact" if use_corpus else "synthetic",
-        "query_p50_ms": round(p50, 2),
-        "query_p95_ms": round(p95, 2),
-        "queries": len(latencies),
+        "query_p50_ms": latency["en"]["p50_ms"],
+        "query_p95_ms": latency["en"]["p95_ms"],
+        "query_latency": latency,
+        "queries": args.queries,
         "threads": adapter.threads,
         "load_s": round(load_s, 2),
         "machine": {
@@ -229,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help=f"CPU threads for the model (default: all, {default_threads()})",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="where models keep what they prepare on first load (default ~/.cache/knowsphere/models)",
     )
     args = parser.parse_args(argv)
     args.load_before = _load_average()  # before this script adds its own load

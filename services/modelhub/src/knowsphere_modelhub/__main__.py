@@ -35,7 +35,9 @@ def main() -> None:
             raise StartupError(str(error)) from error
         http = ProviderHttp.from_settings(settings)
         local = LocalEmbeddingAdapter(
-            batch_size=settings.local_embedding_batch, threads=settings.local_embedding_threads or None
+            batch_size=settings.local_embedding_batch,
+            threads=settings.local_embedding_threads or None,
+            cache_dir=settings.model_cache(),
         )
         adapters = {
             "openai": OpenAICompatibleAdapter(

@@ -8,6 +8,8 @@ is a nested group: ``KS_MODELHUB_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
 ``KS_MODELHUB_EGRESS__ALLOWED_PORTS='[80,443,8080]'`` …
 """
 
+from pathlib import Path
+
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
@@ -60,8 +62,16 @@ class Settings(ServiceSettings):
     )
     local_embedding_batch: int = Field(default=32, ge=1)
     local_embedding_threads: int = Field(default=0, ge=0, description="0 = one per available CPU")
+    model_cache_dir: Path | None = Field(
+        default=None,
+        description="where built-in models keep what they prepare on first load (multilingual-e5-small's "
+        "dequantised weights, ~85 MB); unset = <data_dir>/models",
+    )
     default_language: str = Field(default="en", description="language of error messages without a hint")
     nats_url: str = Field(default="", description="NATS server for model-change events; empty = no events")
+
+    def model_cache(self) -> Path:
+        return self.model_cache_dir or self.data_dir / "models"
 
     def sqlalchemy_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/modelhub.db"
