@@ -11,6 +11,14 @@ embedding reported apart), and a last line summarising everything.
 
 ``--scale-to N`` adds distractor chunks (corpus texts with perturbed copies of their vectors) until
 the knowledge base holds N chunks, and reports hybrid latency at that size.
+
+``--chunking fit`` cuts each document with the ingestion chunker into chunks that fit the embedding
+model's input window (``fitted_config``; the title as heading path, embedded as ``embedding_text``);
+a query's ranked chunks collapse to unique documents (best rank first) before scoring. The default,
+``whole``, indexes one chunk per document.
+
+``--compare`` also runs ``bench/plain_hybrid.py`` (bm25s, the embedding model from its package, numpy)
+on the same documents and queries, and prints plain vs ours per column with the margin (ours − plain).
 """
 
 from __future__ import annotations
@@ -25,17 +33,23 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
+import plain_hybrid
 from beir_data import BeirDataset, load_beir
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as mh
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_ingestion.domain.chunking import chunk_document, embedding_text, fitted_config
+from knowsphere_ingestion.domain.document import Block, ParsedDocument
 from knowsphere_retrieval.domain.metrics import mean_ndcg_at_k, mean_recall_at_k
+from knowsphere_retrieval.settings import Settings
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc import open_channel
 from knowsphere_stack import Stack, StackConfig
@@ -43,6 +57,30 @@ from knowsphere_stack import Stack, StackConfig
 KB = "bench-kb"
 IDENTITY = Identity("bench", "bench")
 MODES = {"bm25": pb.SEARCH_MODE_BM25, "vector": pb.SEARCH_MODE_VECTOR, "hybrid": pb.SEARCH_MODE_HYBRID}
+# modelhub model id -> the plain script's --model
+PLAIN_MODELS = {"builtin-minilm-l6-v2": "minilm", "builtin-multilingual-e5-small": "e5"}
+
+
+@dataclass
+class Passages:
+    """What is indexed, one entry per chunk (parallel lists)."""
+
+    ids: list[str] = field(default_factory=list)
+    document_ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # stored and BM25-indexed
+    embedded: list[str] = field(default_factory=list)  # what the vector is made from
+    headings: list[tuple[str, ...]] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+
+    def add(
+        self, id_: str, document_id: str, text: str, embedded: str, heading: tuple[str, ...], pos: int
+    ) -> None:
+        self.ids.append(id_)
+        self.document_ids.append(document_id)
+        self.texts.append(text)
+        self.embedded.append(embedded)
+        self.headings.append(heading)
+        self.positions.append(pos)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -50,8 +88,26 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
-def _doc_text(doc: dict[str, str]) -> str:
-    return f"{doc['title']}\n{doc['text']}".strip() if doc["title"] else doc["text"]
+def _passages(data: BeirDataset, doc_ids: list[str], chunking: str, window: int) -> Passages:
+    """One chunk per document (``whole``), or the ingestion chunker's chunks fitted to ``window`` tokens."""
+    passages = Passages()
+    config = fitted_config(window)
+    for doc_id in doc_ids:
+        doc = data.corpus[doc_id]
+        if chunking == "whole":
+            text = plain_hybrid.doc_text(doc)
+            passages.add(doc_id, doc_id, text, text, (), 0)
+            continue
+        heading = (doc["title"],) if doc["title"] else ()
+        blocks = [Block(kind="heading", text=doc["title"], heading_path=heading, level=1)] if heading else []
+        for line in doc["text"].split("\n"):
+            if line.strip():
+                blocks.append(Block(kind="paragraph", text=line.strip(), heading_path=heading))
+        for chunk in chunk_document(doc_id, ParsedDocument(blocks=blocks, title=doc["title"]), config):
+            passages.add(
+                chunk.id, doc_id, chunk.text, embedding_text(chunk), chunk.heading_path, chunk.position
+            )
+    return passages
 
 
 async def _embed_all(
@@ -75,28 +131,22 @@ async def _embed_all(
 
 
 async def _index(
-    retrieval: Any,
-    model: str,
-    dim: int,
-    ids: list[str],
-    texts: list[str],
-    vectors: list[list[float]],
-    batch: int,
-    document_prefix: str = "",
+    retrieval: Any, model: str, dim: int, passages: Passages, vectors: list[list[float]], batch: int
 ) -> float:
     started = time.perf_counter()
-    for i in range(0, len(ids), batch):
+    for i in range(0, len(passages.ids), batch):
         chunks = [
             pb.Chunk(
-                id=ids[j],
-                document_id=f"{document_prefix}{ids[j]}",
+                id=passages.ids[j],
+                document_id=passages.document_ids[j],
                 knowledge_base_id=KB,
-                file_name=f"{ids[j]}.txt",
-                text=texts[j],
-                position=0,
+                file_name=f"{passages.document_ids[j]}.txt",
+                text=passages.texts[j],
+                position=passages.positions[j],
+                heading_path=passages.headings[j],
                 embeddings=[pb.ChunkEmbedding(model_id=model, dimension=dim, values=vectors[j])],
             )
-            for j in range(i, min(i + batch, len(ids)))
+            for j in range(i, min(i + batch, len(passages.ids)))
         ]
         await retrieval.IndexChunks(pb.IndexChunksRequest(chunks=chunks), timeout=600)
     return time.perf_counter() - started
@@ -106,8 +156,10 @@ async def _embed_cached(
     modelhub: Any, args: argparse.Namespace, name: str, texts: list[str]
 ) -> tuple[list[list[float]], float]:
     """Embed the corpus, or reuse vectors a previous run saved with ``--embedding-cache``."""
+    # Whole documents keep the name that runs before --chunking saved them under.
+    chunking = "" if args.chunking == "whole" else f"-{args.chunking}"
     cache = (
-        Path(args.embedding_cache) / f"{name}-{args.model}-{len(texts)}.json"
+        Path(args.embedding_cache) / f"{name}-{args.model}{chunking}-{len(texts)}.json"
         if args.embedding_cache
         else None
     )
@@ -150,7 +202,8 @@ async def _run_mode(
         latencies.append((time.perf_counter() - started) * 1000)
         embeds.append(response.stats.embed_duration.ToNanoseconds() / 1e6)
         weights_used.append(response.stats.vector_weight_used)
-        runs[query_id] = [r.document_id for r in response.results]
+        # Chunks of one document collapse into it, at its best rank.
+        runs[query_id] = list(dict.fromkeys(r.document_id for r in response.results))
     return {
         "mode": mode,
         "ndcg@10": round(mean_ndcg_at_k(runs, data.qrels, 10), 4),
@@ -178,7 +231,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         data = BeirDataset(
             data.name, data.corpus, {q: data.queries[q] for q in kept}, {q: data.qrels[q] for q in kept}
         )
-    texts = [_doc_text(data.corpus[d]) for d in doc_ids]
+    plain_model = PLAIN_MODELS.get(args.model, "")
+    if args.compare and not plain_model:
+        raise SystemExit(
+            f"--compare: no plain counterpart of --model {args.model} (known: {', '.join(PLAIN_MODELS)})"
+        )
     print(f"{data.name}: {len(doc_ids)} documents, {len(data.queries)} queries", file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="ks-bench-") as tmp:
@@ -210,13 +267,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 with bound_identity(IDENTITY):
                     model = (await modelhub.GetModel(mh.GetModelRequest(model_id=args.model))).model
                     dim = model.parameters.embedding_dimension
+                    passages = _passages(data, doc_ids, args.chunking, model.parameters.context_window)
+                    print(f"  {args.chunking}: {len(passages.ids)} chunks", file=sys.stderr)
                     await retrieval.ConfigureKnowledgeBase(
                         pb.ConfigureKnowledgeBaseRequest(
                             knowledge_base_id=KB, embedding_model_id=args.model, embedding_dimension=dim
                         )
                     )
-                    vectors, embed_seconds = await _embed_cached(modelhub, args, data.name, texts)
-                    index_seconds = await _index(retrieval, args.model, dim, doc_ids, texts, vectors, 256)
+                    vectors, embed_seconds = await _embed_cached(modelhub, args, data.name, passages.embedded)
+                    index_seconds = await _index(retrieval, args.model, dim, passages, vectors, 256)
                     rerank_default = await modelhub.GetDefaultModel(
                         mh.GetDefaultModelRequest(type=mh.MODEL_TYPE_RERANK)
                     )
@@ -226,8 +285,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     results: dict[str, dict[str, Any]] = {}
                     for mode in modes:
                         result = await _run_mode(retrieval, data, mode, mode == "hybrid+rerank", args.top_k)
-                        result["indexing_chunks_per_s"] = round(len(doc_ids) / index_seconds, 1)
-                        result["embedding_only_texts_per_s"] = round(len(doc_ids) / embed_seconds, 2)
+                        result["indexing_chunks_per_s"] = round(len(passages.ids) / index_seconds, 1)
+                        result["embedding_only_texts_per_s"] = round(len(passages.ids) / embed_seconds, 2)
                         results[mode] = result
                         print(json.dumps({"dataset": data.name, **result}), flush=True)
                     for pair in args.weights:
@@ -240,11 +299,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         print(json.dumps({"dataset": data.name, **result}), flush=True)
                     scale: dict[str, Any] | None = None
                     if args.scale_to and args.scale_to > len(doc_ids):
-                        scale = await _scale(retrieval, data, args, dim, doc_ids, texts, vectors)
+                        scale = await _scale(retrieval, data, args, dim, passages, vectors)
                         print(json.dumps({"dataset": data.name, "scale": scale}), flush=True)
+    compare = None
+    if args.compare:
+        # After the services stopped, so the plain side does not share the cores with them.
+        compare = _compare(args, data, doc_ids, plain_model, results)
     return {
         "dataset": data.name,
         "documents": len(doc_ids),
+        "chunking": args.chunking,
+        "chunks": len(passages.ids),
         "queries": len(data.queries),
         "model": args.model,
         "settings": dict(item.split("=", 1) for item in args.env),
@@ -252,9 +317,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             mode: {k: r[k] for k in ("ndcg@10", "recall@100", "p50_ms", "p95_ms", "embed_p50_ms")}
             for mode, r in results.items()
         },
-        "indexing_chunks_per_s": round(len(doc_ids) / index_seconds, 1),
-        "embedding_only_texts_per_s": round(len(doc_ids) / embed_seconds, 2),
+        "indexing_chunks_per_s": round(len(passages.ids) / index_seconds, 1),
+        "embedding_only_texts_per_s": round(len(passages.ids) / embed_seconds, 2),
         "scale": scale,
+        "compare": compare,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -268,21 +334,20 @@ async def _scale(
     data: BeirDataset,
     args: argparse.Namespace,
     dim: int,
-    doc_ids: list[str],
-    texts: list[str],
+    passages: Passages,
     vectors: list[list[float]],
 ) -> dict[str, Any]:
     rng = random.Random(7)
-    extra = args.scale_to - len(doc_ids)
-    ids, extra_texts, extra_vectors = [], [], []
+    extra = args.scale_to - len(passages.ids)
+    distractors, extra_vectors = Passages(), []
     for n in range(extra):
-        source = rng.randrange(len(doc_ids))
+        source = rng.randrange(len(passages.ids))
         noisy = [v + rng.gauss(0.0, 0.02) for v in vectors[source]]
         norm = sum(x * x for x in noisy) ** 0.5
-        ids.append(f"distractor-{n}")
-        extra_texts.append(texts[source])
+        text = passages.texts[source]
+        distractors.add(f"distractor-{n}", f"d-distractor-{n}", text, text, passages.headings[source], 0)
         extra_vectors.append([x / norm for x in noisy])
-    seconds = await _index(retrieval, args.model, dim, ids, extra_texts, extra_vectors, 256, "d-")
+    seconds = await _index(retrieval, args.model, dim, distractors, extra_vectors, 256)
     result = await _run_mode(retrieval, data, "hybrid", False, args.top_k)
     return {
         "chunks": args.scale_to,
@@ -291,6 +356,53 @@ async def _scale(
         "hybrid_p95_ms": result["p95_ms"],
         "embed_p50_ms": result["embed_p50_ms"],
         "hybrid_p95_ms_without_embedding": result["search_p95_ms_without_embedding"],
+    }
+
+
+def _service_setting(args: argparse.Namespace, name: str) -> str:
+    """A retrieval setting as the bench's services run it: --env, else the environment, else the default."""
+    key = f"KS_RETRIEVAL_{name.upper()}"
+    given = dict(item.split("=", 1) for item in args.env)
+    return given.get(key) or os.environ.get(key) or str(Settings.model_fields[name].default)
+
+
+def _compare(
+    args: argparse.Namespace,
+    data: BeirDataset,
+    doc_ids: list[str],
+    plain_model: str,
+    ours: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The plain script on the same documents and queries; per column plain, ours and ours − plain."""
+    cache = plain_hybrid.cache_file(args.embedding_cache, data.name, plain_model, len(doc_ids))
+    texts = [plain_hybrid.doc_text(data.corpus[d]) for d in doc_ids]
+    plain = plain_hybrid.evaluate(
+        plain_hybrid.plain_runs(doc_ids, texts, data.queries, plain_model, cache), data.qrels
+    )
+    fusion = _service_setting(args, "fusion")
+    weights = (
+        f"vector {_service_setting(args, 'vector_weight')}, bm25 {_service_setting(args, 'bm25_weight')}"
+    )
+    ours_by_column = {"bm25": ours["bm25"], "vector": ours["vector"], f"hybrid-{fusion}": ours["hybrid"]}
+    print(f"plain: {plain_model}, whole documents; ours: {args.chunking}, hybrid = {fusion} ({weights})")
+    print(f"{'column':<14} {'metric':<11} {'plain':>7} {'ours':>7} {'margin':>8}")
+    columns: dict[str, Any] = {}
+    for column in plain_hybrid.COLUMNS:
+        mine = ours_by_column.get(column)
+        columns[column] = {}
+        for metric in ("ndcg@10", "recall@100"):
+            theirs = plain[column][metric]
+            ours_value = mine[metric] if mine else None
+            margin = round(ours_value - theirs, 4) if ours_value is not None else None
+            columns[column][metric] = {"plain": theirs, "ours": ours_value, "margin": margin}
+            shown = (
+                (f"{ours_value:7.4f}", f"{margin:+8.4f}") if margin is not None else ("      —", "       —")
+            )
+            print(f"{column:<14} {metric:<11} {theirs:7.4f} {shown[0]} {shown[1]}")
+    return {
+        "plain_model": plain_model,
+        "ours_hybrid": {"fusion": fusion, "weights": weights},
+        "columns": columns,
     }
 
 
@@ -317,6 +429,15 @@ def main() -> int:
     )
     parser.add_argument(
         "--embedding-cache", default="", help="folder to save / reuse corpus vectors between runs"
+    )
+    parser.add_argument(
+        "--chunking",
+        choices=["whole", "fit"],
+        default="whole",
+        help="whole: one chunk per document; fit: ingestion's chunks fitted to the model's input window",
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="also run bench/plain_hybrid.py on the same selection"
     )
     parser.add_argument(
         "--env",
