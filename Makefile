@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-prefix bench-gateway eval-intent chaos local-llm clean help
+	bench-conversation bench-prefix bench-gateway bench-multihop eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -26,7 +26,8 @@ help:
 	@echo "make proto    regenerate libs/contracts/src/knowsphere from proto/"
 	@echo "make asyncapi regenerate docs/asyncapi.yaml from the event models"
 	@echo "make bench-embed  local embedding throughput and query latency (last line: JSON)"
-	@echo "make bench-retrieval DATASET=<BEIR folder>  nDCG@10, Recall@100, latency per mode (last line: JSON)"
+	@echo "make bench-retrieval DATASET=<BEIR folder> [COMPARE=1]  nDCG@10, Recall@100, latency per mode [vs a plain script] (last line: JSON)"
+	@echo "make bench-multihop  HotpotQA-100: one hop vs second hop, all-supporting recall@10 (last line: JSON)"
 	@echo "make bench-bm25 DATASET=<BEIR folder>       BM25 alone; Chinese segmentation vs bigrams"
 	@echo "make bench-ingest DIR=<folder or BEIR folder>  end-to-end ingestion vs embedding alone (last line: JSON)"
 	@echo "make bench-memory GetAskerBackground/Remember p50/p95 at 10,000 items + compaction of 100 messages (last line: JSON)"
@@ -77,7 +78,14 @@ bench-embed: $(STAMP)
 
 DATASET ?= ../shared/data/beir-scifact
 bench-retrieval: $(STAMP)
-	$(PY) services/retrieval/bench/bench_retrieval.py --dataset $(DATASET) $(BENCH_ARGS)
+	$(PY) services/retrieval/bench/bench_retrieval.py --dataset $(DATASET) $(if $(COMPARE),--compare) $(BENCH_ARGS)
+
+# Multi-hop questions, one hop against two (SearchOptions.second_hop); corpus vectors cached between runs.
+MULTIHOP_DATASET ?= ../shared/data/hotpotqa-100
+EMBEDDING_CACHE ?= /tmp/ks-emb-cache
+bench-multihop: $(STAMP)
+	$(PY) services/retrieval/bench/bench_multihop.py --dataset $(MULTIHOP_DATASET) \
+		--embedding-cache $(EMBEDDING_CACHE) $(BENCH_ARGS)
 
 bench-bm25: $(STAMP)
 	$(PY) services/retrieval/bench/bench_bm25.py --dataset $(DATASET) $(BENCH_ARGS)

@@ -53,8 +53,10 @@ class Settings(ServiceSettings):
     # doc_retrieval defaults (per-request options override them).
     top_k: int = Field(default=8, ge=1)
     candidate_count: int = Field(default=100, ge=1, description="hits each leg recalls before fusion")
-    fusion: Literal["rrf", "convex"] = Field(
-        default="convex", description="convex (min-max weighted scores) or rrf; convex measured better"
+    fusion: Literal["rrf", "convex", "adaptive"] = Field(
+        default="convex",
+        description="convex (min-max weighted scores), rrf, or adaptive (convex with per-query weights "
+        "moved towards the leg whose top scores single out fewer hits); convex measured best",
     )
     rrf_k: int = Field(default=60, ge=1)
     # Chosen on the SciFact *train* queries (make bench-retrieval --split train --weights …), never on
@@ -66,12 +68,35 @@ class Settings(ServiceSettings):
         ge=0,
         description="vector weight when the embedding model does not read the query's language",
     )
+    # Adaptive fusion. Both chosen on the SciFact *train* queries (a grid over each query's two legs,
+    # confirmed with bench_retrieval.py --split train); never on test queries.
+    adaptive_strength: float = Field(
+        default=4.0,
+        ge=0,
+        description="how far adaptive fusion moves the leg weights (logit of the vector leg's share) per "
+        "unit of difference between the legs' confidence, each in [0, 1]; 0 = plain convex",
+    )
+    adaptive_depth: int = Field(
+        default=10, ge=2, description="top hits of a leg whose scores tell how sure that leg is"
+    )
     expansion_enabled: bool = True
     expansion_min_hits: int = Field(default=3, ge=0)
     expansion_method: Literal["synonyms", "llm"] = "synonyms"
     rerank_enabled: bool = True
     rerank_candidates: int = Field(default=30, ge=1)
     mmr_lambda: float | None = Field(default=None, ge=0, le=1)
+    # Second hop (multi-hop questions): off unless a request's options or this setting turn it on.
+    second_hop_enabled: bool = Field(
+        default=False, description="read bridge entities from the best passages and search for them too"
+    )
+    second_hop_passages: int = Field(default=3, ge=1, le=10, description="first-hop passages read")
+    second_hop_queries: int = Field(default=3, ge=1, le=5, description="follow-up queries at most")
+    second_hop_candidate_count: int = Field(
+        default=30, ge=1, description="hits each leg recalls per follow-up query (at most candidate_count)"
+    )
+    second_hop_weight: float = Field(
+        default=0.5, gt=0, le=1, description="weight of a follow-up's ranks in the merge (the first hop's: 1)"
+    )
 
     # query_knowledge_graph (per-request parameters override them)
     graph_max_entities: int = Field(default=20, ge=1)

@@ -73,6 +73,8 @@ def search_settings(request: pb.SearchRequest, defaults: Settings) -> SearchSett
     method = QueryExpansionMethod.from_number(options.expansion_method)
     if method is not None:
         values["expansion_method"] = _EXPANSION_METHODS[method]
+    if options.HasField("second_hop"):
+        values["second_hop_enabled"] = options.second_hop
     if request.top_k:
         values["top_k"] = request.top_k
     return SearchSettings(**values, rerank_model_id=options.rerank_model_id)

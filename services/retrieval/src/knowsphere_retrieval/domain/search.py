@@ -4,6 +4,8 @@
    searches each model's vectors; the BM25 leg searches every knowledge base without waiting for the
    embedding — and fuse;
 2. only when hits are too few, expand the query (synonyms or LLM multi-query) and fuse again;
+   when asked, a second hop: bridge entities read from the best passages become follow-up queries
+   whose hits merge under the first hop's (:mod:`.multihop`);
 3. fetch the chunks and their parents (a parent's text travels once, with its best child);
 4. rerank through modelhub when a rerank model is configured (none configured: no Rerank call),
    then optional MMR.
@@ -15,6 +17,7 @@ this module holds only the logic.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +30,10 @@ from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere_clients.errors import ServiceError
 from knowsphere_clients.modelhub import is_model_missing
 from knowsphere_retrieval.domain.expansion import SynonymTable, llm_variants
-from knowsphere_retrieval.domain.fusion import FusedHit, FusionMethod, fuse
+from knowsphere_retrieval.domain.fusion import FusedHit, FusionMethod, LegWeights, adaptive_weights, fuse
 from knowsphere_retrieval.domain.language import detect_language, model_reads
 from knowsphere_retrieval.domain.mmr import jaccard, mmr_order_by
+from knowsphere_retrieval.domain.multihop import BridgeExtractor, Passage, follow_up_queries, merge_hops
 from knowsphere_retrieval.domain.ports import (
     ChunkStore,
     Hit,
@@ -76,6 +80,8 @@ class SearchSettings:
     vector_weight: float = 1.0
     bm25_weight: float = 1.0
     weak_leg_weight: float = 0.0  # weight of a leg that cannot read the query's language
+    adaptive_strength: float = 4.0  # how far adaptive fusion moves the weights towards the surer leg
+    adaptive_depth: int = 10  # top hits of a leg whose scores tell how sure it is
     expansion_enabled: bool = True
     expansion_min_hits: int = 3
     expansion_method: Literal["synonyms", "llm"] = "synonyms"
@@ -85,6 +91,11 @@ class SearchSettings:
     rerank_model_id: str = ""
     mmr_lambda: float | None = None
     include_parent: bool = True
+    second_hop_enabled: bool = False
+    second_hop_passages: int = 3  # first-hop passages the bridge entities are read from
+    second_hop_queries: int = 3  # follow-up queries, one per bridge entity
+    second_hop_candidate_count: int = 30  # hits each leg recalls per follow-up query
+    second_hop_weight: float = 0.5  # of each follow-up's ranks in the merge (the first hop's is 1)
 
 
 @dataclass
@@ -110,6 +121,8 @@ class SearchStats:
     embed_seconds: float = 0.0  # embedding the query (its variants not counted)
     total_seconds: float = 0.0
     query_language: str = ""
+    second_hop: bool = False
+    second_hop_queries: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +154,7 @@ class Searcher:
         models: QueryModels,
         synonyms: SynonymTable | None = None,
         terms: Callable[[str], list[str]] | None = None,
+        bridges: BridgeExtractor | None = None,
     ) -> None:
         self._vectors = vectors
         self._lexical = lexical
@@ -148,6 +162,7 @@ class Searcher:
         self._models = models
         self._synonyms = synonyms or SynonymTable()
         self._terms = terms or (lambda text: text.lower().split())
+        self._bridges = bridges or BridgeExtractor()
 
     async def search(
         self,
@@ -166,6 +181,8 @@ class Searcher:
         fused, stats.embed_seconds = await self._recall(query, recall, settings, stats)
         if settings.expansion_enabled and len(fused) < settings.expansion_min_hits:
             fused = await self._expand(query, recall, settings, fused, stats)
+        if settings.second_hop_enabled:
+            fused = await self._second_hop(query, recall, settings, fused, stats)
 
         candidates = fused[
             : max(settings.top_k, settings.rerank_candidates if settings.rerank_enabled else 0)
@@ -191,13 +208,29 @@ class Searcher:
         stats.vector_hit_count += len(vector_hits)
         stats.bm25_hit_count += len(bm25_hits)
         with _tracer.start_as_current_span("retrieval.fusion") as span:
+            planned = LegWeights(recall.vector_weight, recall.bm25_weight)
+            weights = planned
+            if settings.fusion == "adaptive":
+                weights = adaptive_weights(
+                    vector_hits,
+                    bm25_hits,
+                    vector_weight=recall.vector_weight,
+                    bm25_weight=recall.bm25_weight,
+                    strength=settings.adaptive_strength,
+                    depth=settings.adaptive_depth,
+                )
+            # The stats report the weights the query itself was fused with (the plan's unless adaptive
+            # moved them); its expansion variants and follow-up queries, recalled after these flags are
+            # set, are fused with their own.
+            if weights != planned and not stats.expanded and not stats.second_hop:
+                stats.vector_weight_used, stats.bm25_weight_used = weights.vector, weights.bm25
             fused = fuse(
                 vector_hits,
                 bm25_hits,
                 method=settings.fusion,
                 rrf_k=settings.rrf_k,
-                vector_weight=recall.vector_weight,
-                bm25_weight=recall.bm25_weight,
+                vector_weight=weights.vector,
+                bm25_weight=weights.bm25,
             )
             # A leg with weight 0 still recalls (its scores are reported) but cannot lift a hit.
             if not recall.keep_unlifted:
@@ -269,6 +302,42 @@ class Searcher:
             stats.expansion_queries = variants
             recalled = await asyncio.gather(*(self._recall(v, recall, settings, stats) for v in variants))
             merged = _merge_by_rank([fused, *(hits for hits, _ in recalled)], settings.rrf_k)
+            span.set_attribute(attributes.RESULT_COUNT, len(merged))
+            return merged
+
+    async def _second_hop(
+        self,
+        query: str,
+        recall: _Recall,
+        settings: SearchSettings,
+        fused: list[FusedHit],
+        stats: SearchStats,
+    ) -> list[FusedHit]:
+        """Bridge entities read from the first hop's best passages, recalled as follow-up queries and
+        merged under the first hop (see :mod:`.multihop`)."""
+        with _tracer.start_as_current_span("retrieval.second_hop") as span:
+            read = await self._load(recall.scope.tenant_id, fused[: settings.second_hop_passages])
+            passages = [Passage(item.chunk.text, item.chunk.heading_path) for item in read]
+            bridges = self._bridges.bridges(query, passages, settings.second_hop_queries)
+            follow_ups = follow_up_queries(query, bridges)
+            span.set_attribute(attributes.CHUNKS, len(passages))
+            span.set_attribute(attributes.EXPANSION_QUERIES, len(follow_ups))
+            stats.second_hop = True
+            stats.second_hop_queries = follow_ups
+            if not follow_ups:
+                span.set_attribute(attributes.RESULT_COUNT, len(fused))
+                return fused
+            narrow = dataclasses.replace(
+                settings, candidate_count=min(settings.candidate_count, settings.second_hop_candidate_count)
+            )
+            recalled = await asyncio.gather(*(self._recall(q, recall, narrow, stats) for q in follow_ups))
+            merged = merge_hops(
+                fused,
+                [hits for hits, _ in recalled],
+                keep=len(read),
+                follow_up_weight=settings.second_hop_weight,
+                rrf_k=settings.rrf_k,
+            )
             span.set_attribute(attributes.RESULT_COUNT, len(merged))
             return merged
 

@@ -318,7 +318,7 @@ class IndexGraphResponse(_message.Message):
     def __init__(self, entity_count: _Optional[int] = ..., relation_count: _Optional[int] = ...) -> None: ...
 
 class SearchOptions(_message.Message):
-    __slots__ = ("mode", "rrf_k", "vector_weight", "bm25_weight", "expansion_enabled", "expansion_min_hits", "expansion_method", "rerank_enabled", "rerank_model_id", "mmr_lambda", "include_parent", "candidate_count")
+    __slots__ = ("mode", "rrf_k", "vector_weight", "bm25_weight", "expansion_enabled", "expansion_min_hits", "expansion_method", "rerank_enabled", "rerank_model_id", "mmr_lambda", "include_parent", "candidate_count", "second_hop")
     MODE_FIELD_NUMBER: _ClassVar[int]
     RRF_K_FIELD_NUMBER: _ClassVar[int]
     VECTOR_WEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +331,7 @@ class SearchOptions(_message.Message):
     MMR_LAMBDA_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PARENT_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SECOND_HOP_FIELD_NUMBER: _ClassVar[int]
     mode: SearchMode
     rrf_k: int
     vector_weight: float
@@ -343,7 +344,8 @@ class SearchOptions(_message.Message):
     mmr_lambda: float
     include_parent: bool
     candidate_count: int
-    def __init__(self, mode: _Optional[_Union[SearchMode, str]] = ..., rrf_k: _Optional[int] = ..., vector_weight: _Optional[float] = ..., bm25_weight: _Optional[float] = ..., expansion_enabled: _Optional[bool] = ..., expansion_min_hits: _Optional[int] = ..., expansion_method: _Optional[_Union[QueryExpansionMethod, str]] = ..., rerank_enabled: _Optional[bool] = ..., rerank_model_id: _Optional[str] = ..., mmr_lambda: _Optional[float] = ..., include_parent: _Optional[bool] = ..., candidate_count: _Optional[int] = ...) -> None: ...
+    second_hop: bool
+    def __init__(self, mode: _Optional[_Union[SearchMode, str]] = ..., rrf_k: _Optional[int] = ..., vector_weight: _Optional[float] = ..., bm25_weight: _Optional[float] = ..., expansion_enabled: _Optional[bool] = ..., expansion_min_hits: _Optional[int] = ..., expansion_method: _Optional[_Union[QueryExpansionMethod, str]] = ..., rerank_enabled: _Optional[bool] = ..., rerank_model_id: _Optional[str] = ..., mmr_lambda: _Optional[float] = ..., include_parent: _Optional[bool] = ..., candidate_count: _Optional[int] = ..., second_hop: _Optional[bool] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
     __slots__ = ("query", "knowledge_base_ids", "top_k", "document_ids", "options")
@@ -415,7 +417,7 @@ class SearchResult(_message.Message):
     def __init__(self, handle: _Optional[str] = ..., chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., file_name: _Optional[str] = ..., knowledge_base_id: _Optional[str] = ..., score: _Optional[float] = ..., scores: _Optional[_Union[ScoreParts, _Mapping]] = ..., text: _Optional[str] = ..., parent_id: _Optional[str] = ..., parent_text: _Optional[str] = ..., position: _Optional[int] = ..., heading_path: _Optional[_Iterable[str]] = ..., page: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SearchStats(_message.Message):
-    __slots__ = ("vector_hit_count", "bm25_hit_count", "expanded", "expansion_queries", "reranked", "rerank_skipped_reason", "mmr_applied", "vector_weight_used", "bm25_weight_used", "embed_duration", "total_duration", "unknown_knowledge_base_ids")
+    __slots__ = ("vector_hit_count", "bm25_hit_count", "expanded", "expansion_queries", "reranked", "rerank_skipped_reason", "mmr_applied", "vector_weight_used", "bm25_weight_used", "embed_duration", "total_duration", "unknown_knowledge_base_ids", "second_hop", "second_hop_queries")
     VECTOR_HIT_COUNT_FIELD_NUMBER: _ClassVar[int]
     BM25_HIT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXPANDED_FIELD_NUMBER: _ClassVar[int]
@@ -428,6 +430,8 @@ class SearchStats(_message.Message):
     EMBED_DURATION_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DURATION_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_KNOWLEDGE_BASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SECOND_HOP_FIELD_NUMBER: _ClassVar[int]
+    SECOND_HOP_QUERIES_FIELD_NUMBER: _ClassVar[int]
     vector_hit_count: int
     bm25_hit_count: int
     expanded: bool
@@ -440,7 +444,9 @@ class SearchStats(_message.Message):
     embed_duration: _duration_pb2.Duration
     total_duration: _duration_pb2.Duration
     unknown_knowledge_base_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, vector_hit_count: _Optional[int] = ..., bm25_hit_count: _Optional[int] = ..., expanded: _Optional[bool] = ..., expansion_queries: _Optional[_Iterable[str]] = ..., reranked: _Optional[bool] = ..., rerank_skipped_reason: _Optional[str] = ..., mmr_applied: _Optional[bool] = ..., vector_weight_used: _Optional[float] = ..., bm25_weight_used: _Optional[float] = ..., embed_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., unknown_knowledge_base_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    second_hop: bool
+    second_hop_queries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, vector_hit_count: _Optional[int] = ..., bm25_hit_count: _Optional[int] = ..., expanded: _Optional[bool] = ..., expansion_queries: _Optional[_Iterable[str]] = ..., reranked: _Optional[bool] = ..., rerank_skipped_reason: _Optional[str] = ..., mmr_applied: _Optional[bool] = ..., vector_weight_used: _Optional[float] = ..., bm25_weight_used: _Optional[float] = ..., embed_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., unknown_knowledge_base_ids: _Optional[_Iterable[str]] = ..., second_hop: _Optional[bool] = ..., second_hop_queries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("results", "stats")

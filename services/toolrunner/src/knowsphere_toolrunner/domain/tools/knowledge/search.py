@@ -54,6 +54,15 @@ class DocRetrieval:
                         "description": f"How many passages to return (default {default_top_k}).",
                     },
                     "document_ids": DOCUMENT_IDS_SCHEMA,
+                    "second_hop": {
+                        "type": "boolean",
+                        "description": (
+                            "Also search for the names that the best passages mention (default: off). Use "
+                            "it when the question needs a bridge between two facts, e.g. 'the university "
+                            "where X's advisor studied': the first passage names the advisor, the second "
+                            "is about the advisor. Slower; not needed for a question one passage answers."
+                        ),
+                    },
                 },
                 "required": ["query"],
                 "additionalProperties": False,
@@ -74,6 +83,10 @@ class DocRetrieval:
                 context.switches.knowledge_base_ids,
                 top_k=arguments.get("top_k", self._default_top_k),
                 document_ids=arguments.get("document_ids", ()),
+                # Unset leaves the server's default; set either way, it is the model's choice.
+                options=rpb.SearchOptions(second_hop=arguments["second_hop"])
+                if "second_hop" in arguments
+                else None,
             )
         )
         results = []
