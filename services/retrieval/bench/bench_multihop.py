@@ -24,7 +24,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from beir_data import BeirDataset, load_beir
-from bench_retrieval import IDENTITY, KB, _embed_cached, _index, _passages, _pct
+from bench_retrieval import KB, _embed_cached, _index, _passages, _pct, bench_services
 
-from knowsphere.modelhub.v1 import modelhub_pb2 as mh
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
-from knowsphere_contracts.services import CONTRACTS
 from knowsphere_retrieval.domain.metrics import mean_ndcg_at_k, mean_recall_at_k
-from knowsphere_runtime.identity import bound_identity
-from knowsphere_runtime.rpc import open_channel
-from knowsphere_stack import Stack, StackConfig
 
 CUTOFF = 10
 VARIANTS = {"one_hop": False, "two_hops": True}
@@ -110,42 +104,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     doc_ids = list(data.corpus)
     passages = _passages(data, doc_ids, args.chunking, 0)  # one chunk per passage: title and text
     print(f"{data.name}: {len(doc_ids)} passages, {len(data.queries)} questions", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="ks-bench-multihop-") as tmp:
-        config = StackConfig.with_free_ports(
-            data_dir=Path(tmp),
-            services=["modelhub", "retrieval"],
-            nats_enabled=False,
-            temporal_enabled=False,
-            extra_env={
-                "OTEL_SDK_DISABLED": "true",
-                "KS_RETRIEVAL_GRAPH_ENABLED": "false",
-                "KS_RETRIEVAL_QUERY_VECTOR_CACHE_SIZE": "0",
-                **dict(item.split("=", 1) for item in args.env),
-            },
-        )
-        with Stack(config) as stack:
-            stack.sign_as_local_client()
-            async with (
-                open_channel(
-                    stack.grpc_addr("modelhub"), services=[CONTRACTS["modelhub"].descriptor]
-                ) as m_chan,
-                open_channel(
-                    stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]
-                ) as r_chan,
-            ):
-                modelhub = CONTRACTS["modelhub"].stub(m_chan)
-                retrieval = CONTRACTS["retrieval"].stub(r_chan)
-                with bound_identity(IDENTITY):
-                    model = (await modelhub.GetModel(mh.GetModelRequest(model_id=args.model))).model
-                    dim = model.parameters.embedding_dimension
-                    await retrieval.ConfigureKnowledgeBase(
-                        pb.ConfigureKnowledgeBaseRequest(
-                            knowledge_base_id=KB, embedding_model_id=args.model, embedding_dimension=dim
-                        )
-                    )
-                    vectors, _ = await _embed_cached(modelhub, args, data.name, passages.embedded)
-                    await _index(retrieval, args.model, dim, passages, vectors, 256)
-                    results = await _run(retrieval, data, args.rerank)
+    async with bench_services(args) as (modelhub, retrieval, model):
+        dim = model.parameters.embedding_dimension
+        vectors, _ = await _embed_cached(modelhub, args, data.name, passages.embedded)
+        await _index(retrieval, args.model, dim, passages, vectors, 256)
+        results = await _run(retrieval, data, args.rerank)
     for name, result in results.items():
         print(json.dumps({"dataset": data.name, "variant": name, **result}), flush=True)
     one, two = results["one_hop"], results["two_hops"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +221,48 @@ async def _run_mode(
     }
 
 
+@contextlib.asynccontextmanager
+async def bench_services(args: argparse.Namespace) -> AsyncIterator[tuple[Any, Any, mh.Model]]:
+    """modelhub and retrieval started as ``make up`` starts them, on fresh data in a temporary folder,
+    with the bench's knowledge base configured for ``--model``; yields their stubs and the model record.
+    Every query is embedded afresh (no query-vector cache), so latencies include the embedding."""
+    with tempfile.TemporaryDirectory(prefix="ks-bench-") as tmp:
+        config = StackConfig.with_free_ports(
+            data_dir=Path(tmp),
+            services=["modelhub", "retrieval"],
+            nats_enabled=False,
+            temporal_enabled=False,
+            extra_env={
+                "OTEL_SDK_DISABLED": "true",
+                "KS_RETRIEVAL_GRAPH_ENABLED": "false",
+                "KS_RETRIEVAL_QUERY_VECTOR_CACHE_SIZE": "0",
+                **dict(item.split("=", 1) for item in args.env),
+            },
+        )
+        with Stack(config) as stack:
+            stack.sign_as_local_client()
+            async with (
+                open_channel(
+                    stack.grpc_addr("modelhub"), services=[CONTRACTS["modelhub"].descriptor]
+                ) as m_chan,
+                open_channel(
+                    stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]
+                ) as r_chan,
+            ):
+                modelhub = CONTRACTS["modelhub"].stub(m_chan)
+                retrieval = CONTRACTS["retrieval"].stub(r_chan)
+                with bound_identity(IDENTITY):
+                    model = (await modelhub.GetModel(mh.GetModelRequest(model_id=args.model))).model
+                    await retrieval.ConfigureKnowledgeBase(
+                        pb.ConfigureKnowledgeBaseRequest(
+                            knowledge_base_id=KB,
+                            embedding_model_id=args.model,
+                            embedding_dimension=model.parameters.embedding_dimension,
+                        )
+                    )
+                    yield modelhub, retrieval, model
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     data = load_beir(Path(args.dataset), args.split)
     doc_ids = list(data.corpus)
@@ -238,69 +282,35 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         )
     print(f"{data.name}: {len(doc_ids)} documents, {len(data.queries)} queries", file=sys.stderr)
 
-    with tempfile.TemporaryDirectory(prefix="ks-bench-") as tmp:
-        config = StackConfig.with_free_ports(
-            data_dir=Path(tmp),
-            services=["modelhub", "retrieval"],
-            nats_enabled=False,
-            temporal_enabled=False,
-            extra_env={
-                "OTEL_SDK_DISABLED": "true",
-                "KS_RETRIEVAL_GRAPH_ENABLED": "false",
-                # Every query is embedded afresh in every mode, so latencies include it.
-                "KS_RETRIEVAL_QUERY_VECTOR_CACHE_SIZE": "0",
-                **dict(item.split("=", 1) for item in args.env),
-            },
-        )
-        with Stack(config) as stack:
-            stack.sign_as_local_client()
-            async with (
-                open_channel(
-                    stack.grpc_addr("modelhub"), services=[CONTRACTS["modelhub"].descriptor]
-                ) as m_chan,
-                open_channel(
-                    stack.grpc_addr("retrieval"), services=[CONTRACTS["retrieval"].descriptor]
-                ) as r_chan,
-            ):
-                modelhub = CONTRACTS["modelhub"].stub(m_chan)
-                retrieval = CONTRACTS["retrieval"].stub(r_chan)
-                with bound_identity(IDENTITY):
-                    model = (await modelhub.GetModel(mh.GetModelRequest(model_id=args.model))).model
-                    dim = model.parameters.embedding_dimension
-                    passages = _passages(data, doc_ids, args.chunking, model.parameters.context_window)
-                    print(f"  {args.chunking}: {len(passages.ids)} chunks", file=sys.stderr)
-                    await retrieval.ConfigureKnowledgeBase(
-                        pb.ConfigureKnowledgeBaseRequest(
-                            knowledge_base_id=KB, embedding_model_id=args.model, embedding_dimension=dim
-                        )
-                    )
-                    vectors, embed_seconds = await _embed_cached(modelhub, args, data.name, passages.embedded)
-                    index_seconds = await _index(retrieval, args.model, dim, passages, vectors, 256)
-                    rerank_default = await modelhub.GetDefaultModel(
-                        mh.GetDefaultModelRequest(type=mh.MODEL_TYPE_RERANK)
-                    )
-                    modes = ["bm25", "vector", "hybrid"]
-                    if rerank_default.default_model.source != mh.DEFAULT_MODEL_SOURCE_NONE:
-                        modes.append("hybrid+rerank")
-                    results: dict[str, dict[str, Any]] = {}
-                    for mode in modes:
-                        result = await _run_mode(retrieval, data, mode, mode == "hybrid+rerank", args.top_k)
-                        result["indexing_chunks_per_s"] = round(len(passages.ids) / index_seconds, 1)
-                        result["embedding_only_texts_per_s"] = round(len(passages.ids) / embed_seconds, 2)
-                        results[mode] = result
-                        print(json.dumps({"dataset": data.name, **result}), flush=True)
-                    for pair in args.weights:
-                        vector_weight, bm25_weight = (float(x) for x in pair.split(":"))
-                        result = await _run_mode(
-                            retrieval, data, "hybrid", False, args.top_k, (vector_weight, bm25_weight)
-                        )
-                        result["mode"] = f"hybrid[vector={vector_weight},bm25={bm25_weight}]"
-                        results[result["mode"]] = result
-                        print(json.dumps({"dataset": data.name, **result}), flush=True)
-                    scale: dict[str, Any] | None = None
-                    if args.scale_to and args.scale_to > len(doc_ids):
-                        scale = await _scale(retrieval, data, args, dim, passages, vectors)
-                        print(json.dumps({"dataset": data.name, "scale": scale}), flush=True)
+    async with bench_services(args) as (modelhub, retrieval, model):
+        dim = model.parameters.embedding_dimension
+        passages = _passages(data, doc_ids, args.chunking, model.parameters.context_window)
+        print(f"  {args.chunking}: {len(passages.ids)} chunks", file=sys.stderr)
+        vectors, embed_seconds = await _embed_cached(modelhub, args, data.name, passages.embedded)
+        index_seconds = await _index(retrieval, args.model, dim, passages, vectors, 256)
+        rerank_default = await modelhub.GetDefaultModel(mh.GetDefaultModelRequest(type=mh.MODEL_TYPE_RERANK))
+        modes = ["bm25", "vector", "hybrid"]
+        if rerank_default.default_model.source != mh.DEFAULT_MODEL_SOURCE_NONE:
+            modes.append("hybrid+rerank")
+        results: dict[str, dict[str, Any]] = {}
+        for mode in modes:
+            result = await _run_mode(retrieval, data, mode, mode == "hybrid+rerank", args.top_k)
+            result["indexing_chunks_per_s"] = round(len(passages.ids) / index_seconds, 1)
+            result["embedding_only_texts_per_s"] = round(len(passages.ids) / embed_seconds, 2)
+            results[mode] = result
+            print(json.dumps({"dataset": data.name, **result}), flush=True)
+        for pair in args.weights:
+            vector_weight, bm25_weight = (float(x) for x in pair.split(":"))
+            result = await _run_mode(
+                retrieval, data, "hybrid", False, args.top_k, (vector_weight, bm25_weight)
+            )
+            result["mode"] = f"hybrid[vector={vector_weight},bm25={bm25_weight}]"
+            results[result["mode"]] = result
+            print(json.dumps({"dataset": data.name, **result}), flush=True)
+        scale: dict[str, Any] | None = None
+        if args.scale_to and args.scale_to > len(doc_ids):
+            scale = await _scale(retrieval, data, args, dim, passages, vectors)
+            print(json.dumps({"dataset": data.name, "scale": scale}), flush=True)
     compare = None
     if args.compare:
         # After the services stopped, so the plain side does not share the cores with them.
