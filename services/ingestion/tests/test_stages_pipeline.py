@@ -194,6 +194,7 @@ class World:
             parser=self.parser,
             index_batch_size=4,
             vectors_per_artifact=2,
+            chunk_sizes_fit_model=True,
         )
 
     async def add(self, name: str, data: bytes, content_type: str = "") -> DocumentRun:
@@ -352,6 +353,14 @@ async def test_default_chunk_sizes_fit_what_the_embedding_model_reads(world: Wor
     await ingest(world, batch_of(await world.add("unknown.md", long_section("unknown"))))
     unknown = [c for c in world.retrieval.chunks.values() if c.document_id == "doc-unknown-md"]
     assert len(unknown) <= 2 and max(counter.count(c.text) for c in unknown) > 85
+
+    # With KS_INGESTION_CHUNK_SIZES_FIT_MODEL off (the default), the window is not asked for.
+    world.modelhub.windows[MODEL] = 128
+    world.activities.context = replace(world.activities.context, chunk_sizes_fit_model=False)
+    await ingest(world, batch_of(await world.add("plain.md", long_section("plain"))))
+    plain = [c for c in world.retrieval.chunks.values() if c.document_id == "doc-plain-md"]
+    assert len(plain) <= 2 and max(counter.count(c.text) for c in plain) > 85
+    world.activities.context = replace(world.activities.context, chunk_sizes_fit_model=True)
 
     # A size the knowledge base sets explicitly wins over the fitted default.
     await world.store.update_kb(TENANT, KB, chunking=ChunkingSettings(chunk_size_tokens=200))

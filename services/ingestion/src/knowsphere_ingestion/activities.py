@@ -48,6 +48,7 @@ class IngestionActivities:
         parser: BudgetedParser,
         index_batch_size: int = 128,
         vectors_per_artifact: int = 64,
+        chunk_sizes_fit_model: bool = False,
     ) -> None:
         self.context = StageContext(
             store=store,
@@ -61,6 +62,7 @@ class IngestionActivities:
             events=DocumentEvents(publish),
             parser=parser,
             index_batch_size=index_batch_size,
+            chunk_sizes_fit_model=chunk_sizes_fit_model,
         )
 
     def all(self) -> list[Callable[..., Any]]:

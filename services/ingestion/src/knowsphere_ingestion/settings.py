@@ -63,6 +63,12 @@ class Settings(ServiceSettings):
     # Chunking defaults and limits (tokens).
     min_chunk_size_tokens: int = Field(default=32, ge=8)
     max_chunk_size_tokens: int = Field(default=2048, ge=64)
+    chunk_sizes_fit_model: bool = Field(
+        default=False,
+        description="default chunk sizes fit the embedding model's input window (the vector sees the "
+        "whole chunk; BM25 sees smaller chunks): off, as hybrid search measured better with the plain "
+        "defaults (make bench-retrieval --chunking fit)",
+    )
 
     # Workers.
     worker_max_concurrent_workflows: int = Field(default=64, ge=1)

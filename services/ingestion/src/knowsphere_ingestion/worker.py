@@ -114,6 +114,7 @@ def main() -> None:
             publish=bus.publish,
             parser=parser,
             index_batch_size=settings.index_batch_size,
+            chunk_sizes_fit_model=settings.chunk_sizes_fit_model,
         )
         temporal = TemporalConnection(
             settings.temporal_address,

@@ -1,5 +1,5 @@
-"""The chunk stage: the parsed document is cut into chunks as its knowledge base's settings say, with
-default sizes fitted to the input window of its embedding model."""
+"""The chunk stage: the parsed document is cut into chunks as its knowledge base's settings say (default
+sizes fitted to the input window of its embedding model when ``KS_INGESTION_CHUNK_SIZES_FIT_MODEL``)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,12 @@ async def chunk_documents(context: StageContext, batch: IngestBatch) -> StageRes
 async def _chunk_one(context: StageContext, stage: Stage, kb: KnowledgeBase) -> Done:
     job = stage.job
     parsed = await context.artifacts.parsed(job)
-    # Sizes the knowledge base leaves at their defaults fit what its embedding model reads.
-    config = kb.chunking.to_config(await context.modelhub.model_window(kb.embedding_model_id))
+    # When so configured, sizes the knowledge base leaves at their defaults fit what its embedding
+    # model reads.
+    window = 0
+    if context.chunk_sizes_fit_model:
+        window = await context.modelhub.model_window(kb.embedding_model_id)
+    config = kb.chunking.to_config(window)
     if sum(len(b.text) for b in parsed.blocks) <= CHUNK_ON_LOOP_CHARS:
         # Milliseconds of work: on the loop, where a thread hop would cost more than the work.
         chunks = chunk_document(job.document_id, parsed, config)

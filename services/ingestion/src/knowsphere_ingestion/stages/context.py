@@ -36,3 +36,5 @@ class StageContext:
     """Parses each file in a child process of its own, within the parse budget."""
     index_batch_size: int
     """Chunks per IndexChunks call."""
+    chunk_sizes_fit_model: bool = False
+    """Whether default chunk sizes fit the knowledge base's embedding model's input window."""
