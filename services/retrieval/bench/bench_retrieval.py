@@ -189,6 +189,9 @@ async def _run_mode(
     embeds: list[float] = []
     weights_used: list[float] = []
     for query_id, text in data.queries.items():
+        if not text.strip():  # the service refuses an empty query; it finds nothing and counts as 0
+            runs[query_id] = []
+            continue
         options = pb.SearchOptions(
             mode=MODES["hybrid" if mode.startswith("hybrid") else mode],  # type: ignore[arg-type]
             rerank_enabled=rerank,
