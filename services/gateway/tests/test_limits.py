@@ -280,7 +280,9 @@ def head(path: str, length: int, content_type: str = "application/json") -> byte
 async def test_a_stalled_body_is_refused_with_408_after_the_idle_timeout(
     gateway: Any, listening: Any
 ) -> None:
-    app = await gateway(limits=Limits(body_idle_timeout_seconds=0.3))
+    # The rate rule is set out of reach (1 byte/s), so only the idle rule can answer, however late the
+    # first piece reaches the app on a loaded machine.
+    app = await gateway(limits=Limits(body_idle_timeout_seconds=0.3, body_min_bytes_per_second=1))
     async with listening(app) as (host, port):
         started = asyncio.get_running_loop().time()
         answer = await slow_request(host, port, [head("/api/v1/sessions", 100) + b'{"title": '], 0)

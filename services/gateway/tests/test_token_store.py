@@ -38,14 +38,20 @@ class Clock:
 
 
 class CountingStore(SqlTokenStore):
-    """The SQL store, counting the batches of last-used times it is asked to write."""
+    """The SQL store, counting the batches of last-used times it is asked to write; a write can be held
+    at its start until the test lets it go."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.last_used_writes = 0
+        self.writing = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
 
     async def record_last_used(self, times: Mapping[str, datetime]) -> None:
         self.last_used_writes += 1
+        self.writing.set()
+        await self.release.wait()
         await super().record_last_used(times)
 
 
@@ -177,6 +183,25 @@ async def test_an_older_last_used_time_never_overwrites_a_newer_one(
     await store.record_last_used({issued.record.id: T0 + timedelta(hours=1)})  # another replica, late
     [row] = await rows(store)
     assert row["last_used_time"] == T0 + timedelta(hours=2)
+
+
+async def test_stopping_during_a_write_lets_it_finish_once(
+    tokens: TokenService, store: CountingStore, clock: Clock
+) -> None:
+    issued = await tokens.issue(ACME, Role.MEMBER, name="a", ttl=timedelta(days=1))
+    flusher = LastUsedFlusher(tokens, interval=0.01)
+    await flusher.start()
+    store.release.clear()  # the periodic write will be held in the middle
+    await tokens.authenticate(issued.token)
+    await asyncio.wait_for(store.writing.wait(), 10)
+    stopping = asyncio.create_task(flusher.stop(grace=10))
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # waiting for the write, not cutting it off
+    store.release.set()
+    await stopping
+    assert store.last_used_writes == 1  # written once, not cut off and written again
+    [row] = await rows(store)
+    assert row["last_used_time"] == T0
 
 
 async def test_the_flusher_writes_on_its_interval_and_once_more_when_the_gateway_stops(

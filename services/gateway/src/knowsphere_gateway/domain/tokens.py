@@ -198,7 +198,8 @@ class TokenService:
 
 class LastUsedFlusher:
     """A lifecycle component writing the tokens' last-used times every ``interval`` seconds and once more
-    when it stops."""
+    when it stops. Stopping lets a write in progress finish (within the grace, when one is given) rather
+    than cutting it off and writing the same times again."""
 
     name = "token-last-used"
 
@@ -206,6 +207,7 @@ class LastUsedFlusher:
         self._tokens = tokens
         self._interval = interval
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     async def start(self) -> object:
         self._task = asyncio.create_task(self._run())
@@ -213,17 +215,23 @@ class LastUsedFlusher:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
+                return  # stopping: stop() writes what is pending
             try:
                 await self._tokens.flush_last_used()
             except Exception:  # a database hiccup: the times stay for the next round
                 log.warning("writing the tokens' last-used times failed", exc_info=True)
 
     async def stop(self, grace: float | None = None) -> None:
+        self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=grace)
+            except TimeoutError:  # a write hung past the grace: cut it off (its times stay pending)
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         await self._tokens.flush_last_used()
 
 
