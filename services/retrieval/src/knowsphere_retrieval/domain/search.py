@@ -29,9 +29,9 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere_clients.errors import ServiceError
 from knowsphere_clients.modelhub import is_model_missing
+from knowsphere_contracts.language import detect_language, model_reads
 from knowsphere_retrieval.domain.expansion import SynonymTable, llm_variants
 from knowsphere_retrieval.domain.fusion import FusedHit, FusionMethod, LegWeights, adaptive_weights, fuse
-from knowsphere_retrieval.domain.language import detect_language, model_reads
 from knowsphere_retrieval.domain.mmr import jaccard, mmr_order_by
 from knowsphere_retrieval.domain.multihop import BridgeExtractor, Passage, follow_up_queries, merge_hops
 from knowsphere_retrieval.domain.ports import (
