@@ -12,28 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from langgraph.checkpoint.memory import InMemorySaver
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
-from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnCompleted, TurnEventKind
+from knowsphere_contracts.events import ChatRequested, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
 from knowsphere_conversation.api.grpc import AgentServicer, ConversationServicer, build_binding
-from knowsphere_conversation.domain.graph import TurnLimits, build_graph
-from knowsphere_conversation.domain.layout import Message
-from knowsphere_conversation.domain.turns import SESSION_NOT_FOUND, TurnRunner
+from knowsphere_conversation.domain.turns import SESSION_NOT_FOUND
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import CALLER, Memory, Models, Search, Tools, text, tool_call
+from peers import CALLER, Models, text, tool_call
+from world import World
 
 OTHER = Identity("acme", "bob")
 
@@ -42,76 +40,6 @@ def agent(request: mpb.ChatStreamRequest) -> list[Any]:
     if request.messages[-1].role == mpb.CHAT_ROLE_TOOL:
         return text("25 days [[c1]].")
     return tool_call("doc_retrieval", {"query": "leave"})
-
-
-class World:
-    """The service's pieces as its wiring puts them together (peers are the stand-ins of peers.py)."""
-
-    def __init__(self, store: SqlSessionStore, models: Models) -> None:
-        self.store = store
-        self.models = models
-        self.saver = InMemorySaver()
-        self.graph = build_graph(self.saver)
-        self.events: list[ChatTurnEvent] = []
-        self.forgotten: list[tuple[str, str]] = []
-
-        async def publish(event: ChatTurnEvent) -> None:
-            self.events.append(event)
-
-        async def announce(event: TurnCompleted) -> None:
-            return None
-
-        self.runner = TurnRunner(
-            lambda: self.graph,
-            models=models,
-            tools=Tools(),
-            memory=Memory(),
-            search=Search(),
-            publish=publish,
-            publish_completed=announce,
-            limits=TurnLimits(),
-            sessions=store,
-        )
-
-    async def history(self, thread: str) -> Sequence[Message]:
-        state = await self.graph.aget_state({"configurable": {"thread_id": thread}})
-        messages: Sequence[Message] = state.values.get("messages", [])
-        return messages
-
-    async def cancel(self, turn_id: str) -> bool:
-        return self.runner.cancel(turn_id, CALLER)
-
-    async def forget(self, thread: str, session_id: str) -> None:
-        self.forgotten.append((thread, session_id))
-        await self.saver.adelete_thread(thread)
-
-    async def ask(self, session_id: str, message: str, turn_id: str) -> list[ChatTurnEvent]:
-        start = len(self.events)
-        await self.runner.run(
-            ChatRequested(
-                turn_id=turn_id, session_id=session_id, message=message, knowledge_base_ids=["kb-1"]
-            )
-        )
-        return self.events[start:]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(
-    request: pytest.FixtureRequest, tmp_path: Path, postgres_database: Any
-) -> AsyncIterator[SqlSessionStore]:
-    if request.param == "sqlite":
-        sessions = SqlSessionStore(f"sqlite+aiosqlite:///{tmp_path}/conversation.db")
-        await sessions.open()
-        yield sessions
-        await sessions.close()
-        return
-    async for url in postgres_database("SessionStore"):
-        sessions = SqlSessionStore(url)
-        await sessions.open()
-        try:
-            yield sessions
-        finally:
-            await sessions.close()
 
 
 @pytest.fixture

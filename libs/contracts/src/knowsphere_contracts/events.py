@@ -160,6 +160,7 @@ class ChatRequested(Event):
 class TurnEventKind(StrEnum):
     STARTED = "started"
     INTENT = "intent"
+    HANDOFF = "handoff"
     TOOL_STARTED = "tool_started"
     TOOL_FINISHED = "tool_finished"
     SOURCES = "sources"
@@ -210,7 +211,8 @@ class ChatTurnEvent(Event):
     loss. A turn always ends with exactly one ``completed``, ``error`` or ``cancelled`` event. Which
     fields are set depends on ``kind``: ``intent`` (intent, route, rewritten_query), ``tool_started`` /
     ``tool_finished`` (tool_call_id, tool_name; finished adds tool_ok, duration_ms, attempts, error
-    message), ``sources`` (citations: this turn's numbered sources), ``compacted`` (earlier turns were
+    message), ``handoff`` (an orchestrator hands the turn to an agent: from_agent_id, to_agent_id,
+    reason), ``sources`` (citations: this turn's numbered sources), ``compacted`` (earlier turns were
     summarised into the session's handoff document before this turn), ``text_delta`` (text),
     ``completed`` (text: the whole answer, citations: the sources it cites, answer_kind,
     removed_citations, prompt_tokens, completion_tokens), ``cancelled`` (text: what was said before the
@@ -228,6 +230,9 @@ class ChatTurnEvent(Event):
     rewritten_query: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
+    from_agent_id: str | None = Field(default=None, description="handoff: the agent handing over")
+    to_agent_id: str | None = Field(default=None, description="handoff: the agent taking over")
+    reason: str | None = Field(default=None, description="handoff: why this agent")
     tool_ok: bool | None = None
     duration_ms: int | None = Field(default=None, ge=0)
     attempts: int | None = Field(default=None, ge=0)

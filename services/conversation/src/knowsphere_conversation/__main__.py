@@ -17,7 +17,12 @@ from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases,
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
 from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
 from knowsphere_conversation.api.bus import TURN_RUNNER, build_bus
-from knowsphere_conversation.api.grpc import AgentServicer, ConversationServicer, build_binding
+from knowsphere_conversation.api.grpc import (
+    AgentServicer,
+    ConversationServicer,
+    OrchestratorServicer,
+    build_binding,
+)
 from knowsphere_conversation.domain.graph import TurnLimits
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.turns import TurnRunner
@@ -116,7 +121,7 @@ def main() -> None:
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer, AgentServicer(sessions))],
+            bindings=[build_binding(servicer, AgentServicer(sessions), OrchestratorServicer(sessions))],
             grace=settings.shutdown_grace_seconds,
         )
         return [

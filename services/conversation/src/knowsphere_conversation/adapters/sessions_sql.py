@@ -1,7 +1,8 @@
-"""Sessions and agents on SQLAlchemy 2 async: SQLite in the data dir by default, PostgreSQL in
-production (``KS_CONVERSATION_DATABASE_URL``). Every statement filters by owner: sessions by tenant and
-user, agents by tenant. An agent is kept as its contract message (JSON), with its name and state as
-columns for uniqueness and ordering."""
+"""Sessions, agents and orchestrators on SQLAlchemy 2 async: SQLite in the data dir by default,
+PostgreSQL in production (``KS_CONVERSATION_DATABASE_URL``). Every statement filters by owner: sessions
+by tenant and user, agents and orchestrators by tenant. Agents and orchestrators are kept as their
+contract messages (JSON), with their names as columns for uniqueness and ordering; an orchestrator's
+member agents are rows of their own, so deleting an agent can see who still runs it."""
 
 from __future__ import annotations
 
@@ -61,6 +62,27 @@ agents = Table(
     Column("record", Text, nullable=False),
     Column("update_time", UtcDateTime, nullable=False),
     UniqueConstraint("tenant_id", "name", name="uq_agents_name"),
+)
+
+orchestrators = Table(
+    "orchestrators",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("id", String(), primary_key=True),
+    Column("name", String(), nullable=False),
+    Column("mode", Integer, nullable=False),
+    Column("record", Text, nullable=False),
+    Column("update_time", UtcDateTime, nullable=False),
+    UniqueConstraint("tenant_id", "name", name="uq_orchestrators_name"),
+)
+
+orchestrator_members = Table(
+    "orchestrator_members",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("orchestrator_id", String(), primary_key=True),
+    Column("agent_id", String(), primary_key=True),
+    Index("ix_orchestrator_members_agent", "tenant_id", "agent_id"),
 )
 
 
@@ -219,6 +241,134 @@ class SqlSessionStore:
                 delete(agents).where(and_(agents.c.tenant_id == tenant_id, agents.c.id == agent_id))
             )
         return bool(result.rowcount)
+
+    # --- orchestrators ----------------------------------------------------------------------------
+
+    async def _write_members(self, conn: Any, tenant_id: str, orchestrator: pb.Orchestrator) -> None:
+        await conn.execute(
+            delete(orchestrator_members).where(
+                and_(
+                    orchestrator_members.c.tenant_id == tenant_id,
+                    orchestrator_members.c.orchestrator_id == orchestrator.id,
+                )
+            )
+        )
+        members = list(dict.fromkeys(orchestrator.member_agent_ids))
+        if members:
+            await conn.execute(
+                insert(orchestrator_members),
+                [
+                    {"tenant_id": tenant_id, "orchestrator_id": orchestrator.id, "agent_id": agent_id}
+                    for agent_id in members
+                ],
+            )
+
+    async def create_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool:
+        """False when the tenant already has an orchestrator of that name."""
+        try:
+            async with self._db.engine.begin() as conn:
+                await conn.execute(
+                    insert(orchestrators).values(
+                        tenant_id=tenant_id,
+                        id=orchestrator.id,
+                        name=orchestrator.name,
+                        mode=int(orchestrator.mode),
+                        record=json_format.MessageToJson(orchestrator),
+                        update_time=orchestrator.update_time.ToDatetime(tzinfo=UTC),
+                    )
+                )
+                await self._write_members(conn, tenant_id, orchestrator)
+        except IntegrityError:
+            return False
+        return True
+
+    async def get_orchestrator(self, tenant_id: str, orchestrator_id: str) -> pb.Orchestrator | None:
+        async with self._db.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(orchestrators.c.record).where(
+                        and_(orchestrators.c.tenant_id == tenant_id, orchestrators.c.id == orchestrator_id)
+                    )
+                )
+            ).first()
+        return json_format.Parse(row.record, pb.Orchestrator()) if row is not None else None
+
+    async def list_orchestrators(
+        self, tenant_id: str, mode: int, offset: int, limit: int
+    ) -> tuple[list[pb.Orchestrator], int | None]:
+        where = orchestrators.c.tenant_id == tenant_id
+        if mode:
+            where = and_(where, orchestrators.c.mode == mode)
+        query = (
+            select(orchestrators.c.record)
+            .where(where)
+            .order_by(orchestrators.c.name, orchestrators.c.id)
+            .offset(offset)
+            .limit(limit + 1)
+        )
+        async with self._db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        found = [json_format.Parse(r.record, pb.Orchestrator()) for r in rows[:limit]]
+        return found, offset + limit if len(rows) > limit else None
+
+    async def replace_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool:
+        """False when another orchestrator of the tenant already has the new name."""
+        try:
+            async with self._db.engine.begin() as conn:
+                await conn.execute(
+                    update(orchestrators)
+                    .where(
+                        and_(orchestrators.c.tenant_id == tenant_id, orchestrators.c.id == orchestrator.id)
+                    )
+                    .values(
+                        name=orchestrator.name,
+                        mode=int(orchestrator.mode),
+                        record=json_format.MessageToJson(orchestrator),
+                        update_time=orchestrator.update_time.ToDatetime(tzinfo=UTC),
+                    )
+                )
+                await self._write_members(conn, tenant_id, orchestrator)
+        except IntegrityError:
+            return False
+        return True
+
+    async def delete_orchestrator(self, tenant_id: str, orchestrator_id: str) -> bool:
+        async with self._db.engine.begin() as conn:
+            await conn.execute(
+                delete(orchestrator_members).where(
+                    and_(
+                        orchestrator_members.c.tenant_id == tenant_id,
+                        orchestrator_members.c.orchestrator_id == orchestrator_id,
+                    )
+                )
+            )
+            result = await conn.execute(
+                delete(orchestrators).where(
+                    and_(orchestrators.c.tenant_id == tenant_id, orchestrators.c.id == orchestrator_id)
+                )
+            )
+        return bool(result.rowcount)
+
+    async def orchestrators_running(self, tenant_id: str, agent_id: str) -> list[str]:
+        """Names of the tenant's orchestrators that list ``agent_id`` as a member."""
+        query = (
+            select(orchestrators.c.name)
+            .join(
+                orchestrator_members,
+                and_(
+                    orchestrator_members.c.tenant_id == orchestrators.c.tenant_id,
+                    orchestrator_members.c.orchestrator_id == orchestrators.c.id,
+                ),
+            )
+            .where(
+                and_(
+                    orchestrator_members.c.tenant_id == tenant_id, orchestrator_members.c.agent_id == agent_id
+                )
+            )
+            .order_by(orchestrators.c.name)
+        )
+        async with self._db.engine.connect() as conn:
+            return [row.name for row in (await conn.execute(query)).all()]
 
 
 __all__ = ["SqlSessionStore"]

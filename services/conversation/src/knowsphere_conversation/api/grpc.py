@@ -1,9 +1,9 @@
 """The gRPC face of the conversation service.
 
 Sessions (CreateSession … DeleteSession), their history (ListMessages, read from the checkpoint) and
-CancelTurn are served here; chat turns arrive on the bus (``api/bus.py``). The methods not built yet —
-the streaming Chat RPC, agents and orchestrators — answer UNIMPLEMENTED naming the capability. Another
-caller's session is NOT_FOUND, never "forbidden".
+CancelTurn are served here, and the tenant's agents and orchestrators; chat turns arrive on the bus
+(``api/bus.py``). The streaming Chat RPC is not built and answers UNIMPLEMENTED naming the capability.
+Another caller's session (another tenant's agent or orchestrator) is NOT_FOUND, never "forbidden".
 """
 
 from __future__ import annotations
@@ -14,25 +14,51 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import grpc
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
+from knowsphere_contracts.agents import (
+    MAX_CONFIG_BYTES,
+    MAX_DESCRIPTION_CHARS,
+    MAX_DISPLAY_NAME_CHARS,
+    MAX_ID_CHARS,
+    MAX_MEMBER_AGENTS,
+    MAX_SKILLS,
+    MAX_SYSTEM_PROMPT_CHARS,
+    MAX_TOOLS,
+    NAME_PATTERN,
+    NAME_RULE,
+)
 from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN, MAX_SESSION_ID_CHARS
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.domain.layout import Message
+from knowsphere_conversation.domain.orchestrators import (
+    ConfigError,
+    Mode,
+    NotBuilt,
+    agent_references,
+    parse_config,
+)
 from knowsphere_conversation.domain.sessions import SessionRecord, SessionStore, thread_id
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
-from knowsphere_runtime.rpc.errors import answer, invalid, not_found
+from knowsphere_runtime.rpc.errors import RequestError, answer, invalid, not_found, precondition
 from knowsphere_sqlstore import decode_page_token, encode_page_token
 
-PENDING_CAPABILITY = "orchestrators and the streaming Chat RPC (chat turns go through the bus)"
-AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{1,63}$")
-MAX_AGENT_TEXT_CHARS = {"display_name": 200, "description": 2_000, "system_prompt": 20_000, "model_id": 128}
+PENDING_CAPABILITY = "the streaming Chat RPC (chat turns go through the bus)"
+AGENT_NAME = re.compile(NAME_PATTERN)
+MAX_AGENT_TEXT_CHARS = {
+    "display_name": MAX_DISPLAY_NAME_CHARS,
+    "description": MAX_DESCRIPTION_CHARS,
+    "system_prompt": MAX_SYSTEM_PROMPT_CHARS,
+    "model_id": MAX_ID_CHARS,
+}
 MAX_AGENT_LIST_ITEMS = {
-    "tool_names": 64,
+    "tool_names": MAX_TOOLS,
     "knowledge_base_ids": MAX_KNOWLEDGE_BASES_PER_TURN,
-    "skill_names": 32,
+    "skill_names": MAX_SKILLS,
 }
 MAX_TITLE_CHARS = 200
 MAX_METADATA_ENTRIES = 32
@@ -236,14 +262,13 @@ class AgentStore(Protocol):
     ) -> tuple[list[pb.Agent], int | None]: ...
     async def replace_agent(self, tenant_id: str, agent: pb.Agent) -> bool: ...
     async def delete_agent(self, tenant_id: str, agent_id: str) -> bool: ...
+    async def orchestrators_running(self, tenant_id: str, agent_id: str) -> list[str]: ...
 
 
 def check_agent(agent: pb.Agent) -> None:
     """INVALID_ARGUMENT naming the field and its limit for anything an agent may not be."""
     if not AGENT_NAME.match(agent.name):
-        raise invalid(
-            "name", "2-64 characters: lower-case letters, digits, '-' and '_', starting with a letter"
-        )
+        raise invalid("name", NAME_RULE)
     for field, limit in MAX_AGENT_TEXT_CHARS.items():
         value = getattr(agent, field)
         if len(value) > limit:
@@ -252,8 +277,8 @@ def check_agent(agent: pb.Agent) -> None:
         values = list(getattr(agent, field))
         if len(values) > limit:
             raise invalid(field, f"{len(values)} items; the limit is {limit}")
-        if any(not v or len(v) > 128 for v in values):
-            raise invalid(field, "every item must be 1-128 characters")
+        if any(not v or len(v) > MAX_ID_CHARS for v in values):
+            raise invalid(field, f"every item must be 1-{MAX_ID_CHARS} characters")
     parameters = agent.model_parameters
     if parameters.HasField("temperature") and not 0 <= parameters.temperature <= 2:
         raise invalid("model_parameters.temperature", "must be between 0 and 2")
@@ -340,17 +365,190 @@ class AgentServicer:
     async def DeleteAgent(self, request: pb.DeleteAgentRequest, context: Any) -> pb.DeleteAgentResponse:
         async def work() -> pb.DeleteAgentResponse:
             agent = await self._owned(request.agent_id)
-            await self._store.delete_agent(require_identity().tenant_id, agent.id)
+            tenant = require_identity().tenant_id
+            running = await self._store.orchestrators_running(tenant, agent.id)
+            if running:
+                raise precondition(
+                    "agent_id",
+                    f"the agent {agent.name!r} is a member of the orchestrator(s) {', '.join(running)}; "
+                    "remove it from them first",
+                )
+            await self._store.delete_agent(tenant, agent.id)
             return pb.DeleteAgentResponse()
 
         return await answer(context, work)
 
 
+class OrchestratorStore(Protocol):
+    async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None: ...
+    async def create_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool: ...
+    async def get_orchestrator(self, tenant_id: str, orchestrator_id: str) -> pb.Orchestrator | None: ...
+    async def list_orchestrators(
+        self, tenant_id: str, mode: int, offset: int, limit: int
+    ) -> tuple[list[pb.Orchestrator], int | None]: ...
+    async def replace_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool: ...
+    async def delete_orchestrator(self, tenant_id: str, orchestrator_id: str) -> bool: ...
+
+
+MAX_ORCHESTRATOR_TEXT_CHARS = {"display_name": MAX_DISPLAY_NAME_CHARS, "description": MAX_DESCRIPTION_CHARS}
+
+
+async def check_orchestrator(store: OrchestratorStore, tenant_id: str, orchestrator: pb.Orchestrator) -> None:
+    """INVALID_ARGUMENT naming the field for anything an orchestrator may not be: its name and texts,
+    its mode's configuration, and every agent it names (which must be the tenant's and active).
+    ``member_agent_ids`` becomes the configuration's agents followed by any further members given."""
+    if not AGENT_NAME.match(orchestrator.name):
+        raise invalid("name", NAME_RULE)
+    for field, limit in MAX_ORCHESTRATOR_TEXT_CHARS.items():
+        value = getattr(orchestrator, field)
+        if len(value) > limit:
+            raise invalid(field, f"{len(value)} characters; the limit is {limit}")
+    if orchestrator.mode == pb.ORCHESTRATION_MODE_UNSPECIFIED:
+        raise invalid("mode", f"required; one of {', '.join(m.value for m in Mode)}")
+    mode = Mode.from_number(orchestrator.mode)
+    if mode is None:
+        raise invalid("mode", f"unknown mode {orchestrator.mode}")
+    size = orchestrator.config.ByteSize()
+    if size > MAX_CONFIG_BYTES:
+        raise invalid("config", f"{size} bytes; the limit is {MAX_CONFIG_BYTES}")
+    try:
+        parsed = parse_config(mode, json_format.MessageToDict(orchestrator.config))
+    except ConfigError as error:
+        raise invalid(error.field, error.reason) from error
+    except NotBuilt as error:
+        raise RequestError(grpc.StatusCode.UNIMPLEMENTED, str(error), field="mode") from error
+    references = agent_references(parsed)
+    extra = [a for a in orchestrator.member_agent_ids if a not in {r for r, _ in references}]
+    references += [(a, f"member_agent_ids[{list(orchestrator.member_agent_ids).index(a)}]") for a in extra]
+    if len(references) > MAX_MEMBER_AGENTS:
+        raise invalid("member_agent_ids", f"{len(references)} agents; the limit is {MAX_MEMBER_AGENTS}")
+    for agent_id, path in references:
+        agent = await store.get_agent(tenant_id, agent_id)
+        if agent is None:
+            raise invalid(path, f"no agent {agent_id!r}")
+        if not agent.active:
+            raise invalid(path, f"the agent {agent.name!r} is not active")
+    del orchestrator.member_agent_ids[:]
+    orchestrator.member_agent_ids.extend(dict.fromkeys(a for a, _ in references))
+
+
+class OrchestratorServicer:
+    """Orchestrators as data: how a session's agents combine to answer (checked when saved)."""
+
+    def __init__(
+        self, store: OrchestratorStore, *, default_page_size: int = 50, max_page_size: int = 200
+    ) -> None:
+        self._store = store
+        self._default_page = default_page_size
+        self._max_page = max_page_size
+
+    async def _owned(self, orchestrator_id: str) -> pb.Orchestrator:
+        if not orchestrator_id:
+            raise invalid("orchestrator_id", "required")
+        found = await self._store.get_orchestrator(require_identity().tenant_id, orchestrator_id)
+        if found is None:
+            raise not_found("orchestrator", orchestrator_id)
+        return found
+
+    async def CreateOrchestrator(
+        self, request: pb.CreateOrchestratorRequest, context: Any
+    ) -> pb.CreateOrchestratorResponse:
+        async def work() -> pb.CreateOrchestratorResponse:
+            now = _timestamp(datetime.now(UTC))
+            orchestrator = pb.Orchestrator(
+                id=uuid.uuid4().hex,
+                name=request.name,
+                display_name=request.display_name or request.name,
+                description=request.description,
+                mode=request.mode,
+                member_agent_ids=request.member_agent_ids,
+                config=request.config,
+                active=request.active,
+                create_time=now,
+                update_time=now,
+            )
+            tenant = require_identity().tenant_id
+            await check_orchestrator(self._store, tenant, orchestrator)
+            if not await self._store.create_orchestrator(tenant, orchestrator):
+                raise invalid("name", f"an orchestrator named {orchestrator.name!r} already exists")
+            return pb.CreateOrchestratorResponse(orchestrator=orchestrator)
+
+        return await answer(context, work)
+
+    async def GetOrchestrator(
+        self, request: pb.GetOrchestratorRequest, context: Any
+    ) -> pb.GetOrchestratorResponse:
+        async def work() -> pb.GetOrchestratorResponse:
+            return pb.GetOrchestratorResponse(orchestrator=await self._owned(request.orchestrator_id))
+
+        return await answer(context, work)
+
+    async def ListOrchestrators(
+        self, request: pb.ListOrchestratorsRequest, context: Any
+    ) -> pb.ListOrchestratorsResponse:
+        async def work() -> pb.ListOrchestratorsResponse:
+            offset, size = _page(request.page_token, request.page_size, self._default_page, self._max_page)
+            found, following = await self._store.list_orchestrators(
+                require_identity().tenant_id, int(request.mode), offset, size
+            )
+            token = encode_page_token([str(following)]) if following else ""
+            return pb.ListOrchestratorsResponse(orchestrators=found, next_page_token=token)
+
+        return await answer(context, work)
+
+    async def UpdateOrchestrator(
+        self, request: pb.UpdateOrchestratorRequest, context: Any
+    ) -> pb.UpdateOrchestratorResponse:
+        async def work() -> pb.UpdateOrchestratorResponse:
+            orchestrator = await self._owned(request.orchestrator_id)
+            for field in ("name", "display_name", "description", "active"):
+                if request.HasField(field):
+                    setattr(orchestrator, field, getattr(request, field))
+            if request.mode != pb.ORCHESTRATION_MODE_UNSPECIFIED:
+                orchestrator.mode = request.mode
+            if request.HasField("config"):
+                orchestrator.config.Clear()
+                orchestrator.config.update(json_format.MessageToDict(request.config))
+                # The members follow the new configuration (plus any sent with it).
+                del orchestrator.member_agent_ids[:]
+            if request.HasField("member_agent_ids"):
+                del orchestrator.member_agent_ids[:]
+                orchestrator.member_agent_ids.extend(request.member_agent_ids.values)
+            orchestrator.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
+            tenant = require_identity().tenant_id
+            await check_orchestrator(self._store, tenant, orchestrator)
+            if not await self._store.replace_orchestrator(tenant, orchestrator):
+                raise invalid("name", f"an orchestrator named {orchestrator.name!r} already exists")
+            return pb.UpdateOrchestratorResponse(orchestrator=orchestrator)
+
+        return await answer(context, work)
+
+    async def DeleteOrchestrator(
+        self, request: pb.DeleteOrchestratorRequest, context: Any
+    ) -> pb.DeleteOrchestratorResponse:
+        async def work() -> pb.DeleteOrchestratorResponse:
+            orchestrator = await self._owned(request.orchestrator_id)
+            await self._store.delete_orchestrator(require_identity().tenant_id, orchestrator.id)
+            return pb.DeleteOrchestratorResponse()
+
+        return await answer(context, work)
+
+
 def build_binding(
-    servicer: ConversationServicer | None = None, agents: AgentServicer | None = None
+    servicer: ConversationServicer | None = None,
+    agents: AgentServicer | None = None,
+    orchestrators: OrchestratorServicer | None = None,
 ) -> ServiceBinding:
-    servicers = [s for s in (servicer, agents) if s is not None]
+    servicers = [s for s in (servicer, agents, orchestrators) if s is not None]
     return bind_service(CONTRACTS["conversation"].descriptor, servicers or None, pending=PENDING_CAPABILITY)
 
 
-__all__ = ["PENDING_CAPABILITY", "AgentServicer", "ConversationServicer", "build_binding", "check_agent"]
+__all__ = [
+    "PENDING_CAPABILITY",
+    "AgentServicer",
+    "ConversationServicer",
+    "OrchestratorServicer",
+    "build_binding",
+    "check_agent",
+    "check_orchestrator",
+]

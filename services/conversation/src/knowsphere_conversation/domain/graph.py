@@ -2,6 +2,7 @@
 
 START → prepare_context → manage_memory → query_understand → generate → END
                                                             → agent ⇄ tools → collect_sources → agent … → END
+                                                            → retrieve → generate → END  (knowledge-base mode)
                                                             → extract → END   (no chat model configured)
 
 The graph is built from an :class:`AgentConfig` (model, system prompt, tools, skills) — data, not
@@ -179,6 +180,8 @@ class TurnLimits:
     extract_sentences: int = 5
     extract_chars: int = 1200
     extract_top_k: int = 5
+    retrieve_top_k: int = 6
+    """Route ``retrieve``: passages given to the answer."""
     compaction_trigger_share: float = 0.85
     """Compact the session when the previous request's prompt filled this share of the window."""
 
@@ -199,6 +202,9 @@ class TurnRuntime:
     web_search: bool = False
     knowledge_graph: bool = False
     language: str = ""
+    direct_retrieval: bool = False
+    """A knowledge-base orchestrator's turn: questions that need the knowledge bases retrieve once and
+    are answered from the passages (route ``retrieve``) instead of the tool loop."""
     images: tuple[ImageRef, ...] = ()
     """This turn's images (not checkpointed: a redelivered turn brings them again)."""
     # What the turn found out while running (read by the runner for the final event).
@@ -230,6 +236,8 @@ class TurnState(TypedDict, total=False):
     tool_rounds: int
     answer_kind: str
     image_description: str
+    passages: str
+    """Route ``retrieve``: the passages found, numbered as the sources, for the answer's prompt."""
 
 
 def _runtime(config: RunnableConfig) -> TurnRuntime:
@@ -255,6 +263,7 @@ async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str,
         "no_model": False,
         "answer_kind": AnswerKind.GENERATED.value,
         "image_description": "",
+        "passages": "",
     }
 
 
@@ -364,6 +373,8 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         web_search=turn.web_search,
         tool_names=turn.agent.tool_names,
     )
+    if turn.direct_retrieval and route is TurnRoute.REACT:
+        route = TurnRoute.RETRIEVE
     span = trace.get_current_span()
     span.set_attribute(attributes.INTENT, intent.value)
     span.set_attribute(attributes.ROUTE, route.value)
@@ -488,6 +499,7 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
         image_description=state.get("image_description", ""),
         skills=(),
         background=state.get("background", ""),
+        passages=state.get("passages", ""),
     )
     request = build_request_messages(
         system=prompts.system_segment(turn.agent.identity, turn.agent.skills),
@@ -770,7 +782,8 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         log.warning("tool schemas unavailable; answering without them", error=str(error))
     if request.tools:
         request.tool_choice.mode = mpb.TOOL_CHOICE_MODE_NONE
-    reply = await _stream_model(turn, request, ())
+    # Route retrieve: the passages found are this turn's sources, cited as [[cN]].
+    reply = await _stream_model(turn, request, [s["handle"] for s in state.get("sources", [])])
     message = Message(
         id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True
     )
@@ -785,13 +798,12 @@ async def _fixed_answer(turn: TurnRuntime, state: TurnState, texts: dict[str, st
     return {"messages": [message], "answer_kind": AnswerKind.FIXED.value}
 
 
-async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
-    """Without a chat model: the most relevant sentences of the top passages, each cited."""
-    turn = _runtime(config)
-    if not turn.knowledge_base_ids:
-        return await _fixed_answer(turn, state, prompts.NO_MODEL_NO_KB)
+async def _search_sources(
+    turn: TurnRuntime, state: TurnState, top_k: int
+) -> tuple[list[rpb.SearchResult], list[dict[str, Any]]]:
+    """The top passages for this turn's (rewritten) question, and the sources numbering them c1, c2 …"""
     results = list(await turn.search(state.get("rewritten") or state["question"], turn.knowledge_base_ids))
-    results = results[: turn.limits.extract_top_k]
+    results = results[:top_k]
     sources = [
         Citation(
             handle=f"c{n}",
@@ -806,6 +818,31 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         | {RETRIEVAL_HANDLE: r.handle}
         for n, r in enumerate(results, start=1)
     ]
+    return results, sources
+
+
+async def retrieve(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """Route ``retrieve``: one search of the turn's knowledge bases; the passages become this turn's
+    sources and the answer's context (no tool loop)."""
+    turn = _runtime(config)
+    results, sources = await _search_sources(turn, state, turn.limits.retrieve_top_k)
+    if sources:
+        await turn.emit(TurnEventKind.SOURCES, citations=[citation(s) for s in sources])
+    passages = prompts.numbered_passages(
+        [
+            (s["handle"], s["file_name"], s["page"], s["heading_path"], r.text)
+            for s, r in zip(sources, results, strict=True)
+        ]
+    )
+    return {"sources": sources, "passages": passages}
+
+
+async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    """Without a chat model: the most relevant sentences of the top passages, each cited."""
+    turn = _runtime(config)
+    if not turn.knowledge_base_ids:
+        return await _fixed_answer(turn, state, prompts.NO_MODEL_NO_KB)
+    results, sources = await _search_sources(turn, state, turn.limits.extract_top_k)
     language = prompts.reply_language(turn.language, state["question"])
     body = extract_answer(
         state["question"],
@@ -825,9 +862,12 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
 
 
 def after_understanding(state: TurnState) -> str:
-    if state.get("no_model") and state.get("route") == TurnRoute.REACT.value:
+    route = state.get("route")
+    if state.get("no_model") and route in (TurnRoute.REACT.value, TurnRoute.RETRIEVE.value):
         return "extract"
-    return "agent" if state.get("route") == TurnRoute.REACT.value else "generate"
+    if route == TurnRoute.RETRIEVE.value:
+        return "retrieve"
+    return "agent" if route == TurnRoute.REACT.value else "generate"
 
 
 Node = Callable[[TurnState, RunnableConfig], Awaitable[dict[str, Any]]]
@@ -837,6 +877,7 @@ NODES: dict[str, Node] = {
     "query_understand": query_understand,
     "generate": generate,
     "extract": extract,
+    "retrieve": retrieve,
     "agent": agent,
     "tools": tools,
     "collect_sources": collect_sources,
@@ -865,7 +906,10 @@ def build_graph(
     graph.add_edge(START, "prepare_context")
     graph.add_edge("prepare_context", "manage_memory")
     graph.add_edge("manage_memory", "query_understand")
-    graph.add_conditional_edges("query_understand", after_understanding, ["agent", "generate", "extract"])
+    graph.add_conditional_edges(
+        "query_understand", after_understanding, ["agent", "generate", "extract", "retrieve"]
+    )
+    graph.add_edge("retrieve", "generate")
     graph.add_edge("generate", END)
     graph.add_edge("extract", END)
     graph.add_conditional_edges("agent", after_agent, ["tools", END])

@@ -47,8 +47,11 @@ def task_segment(*, knowledge_bases: int, web_search: bool, knowledge_graph: boo
     return "\n".join(lines)
 
 
-def turn_context(*, rewritten: str, image_description: str, skills: Sequence[str], background: str) -> str:
-    """The block right before the question: what query understanding found and who is asking."""
+def turn_context(
+    *, rewritten: str, image_description: str, skills: Sequence[str], background: str, passages: str = ""
+) -> str:
+    """The block right before the question: what query understanding found, who is asking and, on the
+    retrieve route, the passages found."""
     parts = []
     if rewritten:
         parts.append(f"Search query for this question: {rewritten}")
@@ -58,7 +61,27 @@ def turn_context(*, rewritten: str, image_description: str, skills: Sequence[str
         parts.append("Skills named for this question: " + ", ".join(skills))
     if background:
         parts.append(f"About the asker (use it to resolve references, not as the question):\n{background}")
+    if passages:
+        parts.append(PASSAGES_HEADER + "\n\n" + passages)
     return "\n\n".join(parts)
+
+
+PASSAGES_HEADER = (
+    "Passages found in the knowledge bases for this question. Answer from them only; put [[cN]] right "
+    "after each fact taken from passage cN; if they do not hold the answer, say so."
+)
+
+
+def numbered_passages(passages: Sequence[tuple[str, str, int, Sequence[str], str]]) -> str:
+    """Passages as the answer's prompt shows them: ``[cN] file, page, heading path`` then the text;
+    each is (handle, file name, page, heading path, text)."""
+    blocks = []
+    for handle, file_name, page, headings, text in passages:
+        where = ", ".join(
+            part for part in (file_name, f"p. {page}" if page else "", " > ".join(headings)) if part
+        )
+        blocks.append(f"[{handle}] {where}\n{text.strip()}")
+    return "\n\n".join(blocks)
 
 
 HANDOFF_HEADER = "Summary of the earlier conversation (older turns were compacted):"

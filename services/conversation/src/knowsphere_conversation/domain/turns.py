@@ -25,9 +25,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
+from google.protobuf import json_format
 from opentelemetry import trace
 
 from knowsphere.conversation.v1 import conversation_pb2 as cpb
+from knowsphere.conversation.v1.conversation_enums import Intent
+from knowsphere_clients.errors import ServiceError
 from knowsphere_contracts.events import (
     AnswerKind,
     ChatRequested,
@@ -50,9 +53,21 @@ from knowsphere_conversation.domain.graph import (
     TurnRuntime,
     agent_config,
     citation,
+    decide_intent,
 )
 from knowsphere_conversation.domain.images import parse_image, split_images
+from knowsphere_conversation.domain.intents import rule_intent
 from knowsphere_conversation.domain.layout import Message
+from knowsphere_conversation.domain.orchestrators import (
+    MODE_UNAVAILABLE,
+    RUNNABLE_MODES,
+    ConditionalConfig,
+    KnowledgeBaseConfig,
+    Mode,
+    SingleConfig,
+    choose_route,
+    parse_config,
+)
 from knowsphere_conversation.domain.replay import Replay
 from knowsphere_conversation.domain.sessions import SessionStore, thread_id, title_from
 from knowsphere_runtime.identity import Identity, IdentityError, require_identity
@@ -145,9 +160,36 @@ def history_messages(turn_id: str, history: Sequence[HistoryMessage]) -> list[Me
 
 
 class Agents(Protocol):
-    """The tenant's agent records (the conversation's store)."""
+    """The tenant's agent and orchestrator records (the conversation's store)."""
 
     async def get_agent(self, tenant_id: str, agent_id: str) -> cpb.Agent | None: ...
+    async def get_orchestrator(self, tenant_id: str, orchestrator_id: str) -> cpb.Orchestrator | None: ...
+
+
+ORCHESTRATOR_NOT_FOUND = "orchestrator_not_found"
+ORCHESTRATOR_INACTIVE = "orchestrator_inactive"
+
+
+class TurnProblem(Exception):
+    """A turn that cannot start: it ends at once with this code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Who answers a turn, as the session's orchestrator decides."""
+
+    agent_id: str
+    """Empty: the default agent."""
+    direct_retrieval: bool = False
+    knowledge_base_ids: tuple[str, ...] = ()
+    knowledge_graph: bool = False
+    handoff: tuple[str, str] | None = None
+    """(agent id, reason) to announce as a handoff event."""
 
 
 TURN_FAILED = "turn_failed"
@@ -211,10 +253,18 @@ class TurnRunner:
         agent = self._agent
         problem: tuple[str, str] | None = None
         agent_id, missing_agent = request.agent_id, f"agent {request.agent_id} not found"
+        plan = Plan(agent_id)
         if request.session_id and self._sessions is not None:
             session = await self._sessions.get(identity, request.session_id)
             if session is None:
                 problem = (SESSION_NOT_FOUND, f"session {request.session_id} not found")
+            elif session.orchestrator_id and self._agents is not None:
+                try:
+                    plan = await self._plan(identity, session.orchestrator_id, request, previous)
+                except TurnProblem as refused:
+                    problem = (refused.code, refused.message)
+                agent_id = plan.agent_id
+                missing_agent = f"the orchestrator's agent {agent_id} no longer exists"
             else:
                 agent_id = session.agent_id
                 missing_agent = f"the session's agent {session.agent_id} no longer exists"
@@ -236,7 +286,64 @@ class TurnRunner:
         async with self._leases.hold(thread) as held:
             if not held:
                 return TurnResult(Outcome.BUSY)
-            return TurnResult(Outcome.ANSWERED, await self._run(request, identity, thread, previous, agent))
+            return TurnResult(
+                Outcome.ANSWERED, await self._run(request, identity, thread, previous, agent, plan)
+            )
+
+    async def _plan(
+        self,
+        identity: Identity,
+        orchestrator_id: str,
+        request: ChatRequested,
+        previous: Sequence[ChatTurnEvent],
+    ) -> Plan:
+        """Who answers this turn of a session bound to ``orchestrator_id``. A turn delivered again
+        keeps the agent its first delivery announced."""
+        assert self._agents is not None
+        record = await self._agents.get_orchestrator(identity.tenant_id, orchestrator_id)
+        if record is None:
+            raise TurnProblem(
+                ORCHESTRATOR_NOT_FOUND, f"the session's orchestrator {orchestrator_id} no longer exists"
+            )
+        name = record.display_name or record.name
+        if not record.active:
+            raise TurnProblem(ORCHESTRATOR_INACTIVE, f"the orchestrator {name} is switched off")
+        mode = Mode.from_number(record.mode)
+        trace.get_current_span().set_attribute(attributes.ORCHESTRATION_MODE, mode.value if mode else "")
+        if mode is None or mode not in RUNNABLE_MODES:
+            raise TurnProblem(
+                MODE_UNAVAILABLE,
+                f"the orchestrator {name} uses the {mode.value if mode else record.mode} mode, "
+                "which cannot answer yet",
+            )
+        config = parse_config(mode, json_format.MessageToDict(record.config))
+        if isinstance(config, SingleConfig):
+            return Plan(config.agent_id)
+        if isinstance(config, KnowledgeBaseConfig):
+            return Plan(
+                config.agent_id,
+                direct_retrieval=True,
+                knowledge_base_ids=config.knowledge_base_ids,
+                knowledge_graph=config.knowledge_graph,
+            )
+        assert isinstance(config, ConditionalConfig)
+        announced = [e for e in previous if e.kind is TurnEventKind.HANDOFF and e.to_agent_id]
+        if announced:
+            return Plan(announced[0].to_agent_id or "")
+        text, _ = split_images(request.message)
+
+        async def intent() -> Intent:
+            try:
+                decided, _, _ = await decide_intent(
+                    self._models, "", (), text, has_image=bool(request.images)
+                )
+            except ServiceError as error:
+                log.warning("intent for routing undecided; the rules decide", error=str(error))
+                return rule_intent(text, has_image=bool(request.images))
+            return decided
+
+        chosen, reason = await choose_route(config, text, intent)
+        return Plan(chosen, handoff=(chosen, reason))
 
     async def refuse_busy(self, request: ChatRequested, waited_seconds: float) -> ChatTurnEvent:
         """Ends a turn that waited too long for its session's previous turn (the session's queue is
@@ -285,6 +392,7 @@ class TurnRunner:
         thread: str,
         previous: Sequence[ChatTurnEvent],
         agent: AgentConfig,
+        plan: Plan,
     ) -> ChatTurnEvent:
         span = trace.get_current_span()
         graph = self._graph()
@@ -307,10 +415,13 @@ class TurnRunner:
             agent=agent,
             limits=self._limits,
             session_id=request.session_id or "",
-            knowledge_base_ids=tuple(request.knowledge_base_ids) or agent.knowledge_base_ids,
+            knowledge_base_ids=(
+                tuple(request.knowledge_base_ids) or plan.knowledge_base_ids or agent.knowledge_base_ids
+            ),
             web_search=request.web_search,
-            knowledge_graph=request.knowledge_graph,
+            knowledge_graph=request.knowledge_graph or plan.knowledge_graph,
             language=request.language,
+            direct_retrieval=plan.direct_retrieval,
             text=kept,
         )
         config["configurable"]["turn"] = runtime
@@ -338,6 +449,14 @@ class TurnRunner:
 
         try:
             await emit(TurnEventKind.STARTED)
+            if plan.handoff is not None:
+                span.set_attribute(attributes.AGENT_ID, plan.handoff[0])
+                await emit(
+                    TurnEventKind.HANDOFF,
+                    from_agent_id="",
+                    to_agent_id=plan.handoff[0],
+                    reason=plan.handoff[1],
+                )
             task = asyncio.create_task(invoke())
             self._running[request.turn_id] = (task, identity)
             try:

@@ -65,13 +65,14 @@ class TurnRoute(ProtoEnum):
 
     GENERATE = "generate"
     REACT = "react"
+    RETRIEVE = "retrieve"
 
     def to_proto(self) -> _pb.TurnRoute.ValueType:
         return _pb.TurnRoute.ValueType(self.number)
 
 
 TurnRoute.register_numbers(
-    {TurnRoute.GENERATE: 1, TurnRoute.REACT: 2}
+    {TurnRoute.GENERATE: 1, TurnRoute.REACT: 2, TurnRoute.RETRIEVE: 3}
 )
 
 

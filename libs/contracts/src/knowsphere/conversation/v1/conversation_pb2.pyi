@@ -44,6 +44,7 @@ class TurnRoute(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_ROUTE_UNSPECIFIED: _ClassVar[TurnRoute]
     TURN_ROUTE_GENERATE: _ClassVar[TurnRoute]
     TURN_ROUTE_REACT: _ClassVar[TurnRoute]
+    TURN_ROUTE_RETRIEVE: _ClassVar[TurnRoute]
 
 class DecisionMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -105,6 +106,7 @@ INTENT_WEB_SEARCH: Intent
 TURN_ROUTE_UNSPECIFIED: TurnRoute
 TURN_ROUTE_GENERATE: TurnRoute
 TURN_ROUTE_REACT: TurnRoute
+TURN_ROUTE_RETRIEVE: TurnRoute
 DECISION_METHOD_UNSPECIFIED: DecisionMethod
 DECISION_METHOD_LOGPROBS: DecisionMethod
 DECISION_METHOD_JSON: DecisionMethod

@@ -1,0 +1,394 @@
+"""Orchestrators as data: each mode's configuration, checked when saved, and the choices a turn makes
+from it.
+
+An orchestrator names how agents combine to answer (the contract's ``OrchestrationMode``); its
+``config`` is a JSON object whose shape depends on the mode. :func:`parse_config` turns it into a
+typed configuration or raises :class:`ConfigError` naming the field (``config.routes[1].agent_id``)
+and what is wrong with it; :func:`member_agent_ids` lists the agents it runs, which must exist and be
+active when saved (the servicer checks) and cannot be deleted while it lists them.
+
+The modes and their configuration:
+
+- ``single``: ``{"agent_id"}`` — one agent answers.
+- ``supervisor``: ``{"supervisor_agent_id", "worker_agent_ids": [...], "enable_summarization",
+  "max_hops"}`` — the supervisor hands the question to workers; at most ``max_hops`` handoffs.
+- ``collaboration``: ``{"agent_ids": [...], "collaboration_strategy": "sequential" | "parallel",
+  "summary_agent_id"}`` — experts answer in turn (each sees the earlier answers) or all at once, then
+  a summary.
+- ``workflow``: a graph of steps (:mod:`~knowsphere_conversation.domain.workflow`).
+- ``conditional``: ``{"routes": [{"condition": {...}, "agent_id"}], "default_agent_id"}`` — the first
+  route whose condition holds picks the agent; conditions are ``{"keywords": [...]}`` (any of them, case
+  folded), ``{"regex": "..."}`` or ``{"intents": [...]}`` (the question's intent, as query understanding
+  decides it).
+- ``deep_agent``: ``{"agent_id", "backend": "sandbox"}`` — an agent with skills working in a sandbox.
+- ``knowledge_base``: ``{"knowledge_base_ids": [...], "agent_id", "knowledge_graph"}`` — retrieve once
+  and answer from the passages with citations (no tool loop); the agent (optional) gives the model and
+  the prompt.
+- ``external``: a Dify or n8n application — its key must be stored encrypted, which is not built yet,
+  so saving one is refused as not implemented.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from knowsphere.conversation.v1.conversation_enums import Intent
+from knowsphere.conversation.v1.conversation_enums import OrchestrationMode as Mode
+from knowsphere_contracts.agents import MAX_ID_CHARS
+from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN
+
+MAX_WORKERS = 16
+MAX_EXPERTS = 8
+MAX_ROUTES = 32
+MAX_KEYWORDS = 64
+MAX_KEYWORD_CHARS = 100
+MAX_REGEX_CHARS = 500
+DEFAULT_MAX_HOPS = 6
+MAX_HOPS = 20
+
+
+RUNNABLE_MODES = frozenset({Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE})
+"""Modes a turn can run today; a session on another mode ends its turns with :data:`MODE_UNAVAILABLE`."""
+MODE_UNAVAILABLE = "orchestration_mode_unavailable"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be saved: ``field`` is its path (``config.routes[0].agent_id``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class NotBuilt(Exception):
+    """The mode exists in the contract but cannot be configured yet."""
+
+
+@dataclass(frozen=True)
+class SingleConfig:
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    supervisor_agent_id: str
+    worker_agent_ids: tuple[str, ...]
+    enable_summarization: bool = False
+    max_hops: int = DEFAULT_MAX_HOPS
+
+
+@dataclass(frozen=True)
+class CollaborationConfig:
+    agent_ids: tuple[str, ...]
+    strategy: str = "sequential"
+    summary_agent_id: str = ""
+
+
+@dataclass(frozen=True)
+class Condition:
+    keywords: tuple[str, ...] = ()
+    regex: str = ""
+    intents: tuple[Intent, ...] = ()
+
+    def needs_intent(self) -> bool:
+        return bool(self.intents)
+
+    def holds(self, question: str, intent: Intent | None) -> bool:
+        folded = question.casefold()
+        if self.keywords:
+            return any(k.casefold() in folded for k in self.keywords)
+        if self.regex:
+            return re.search(self.regex, question) is not None
+        return intent is not None and intent in self.intents
+
+
+@dataclass(frozen=True)
+class Route:
+    condition: Condition
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class ConditionalConfig:
+    routes: tuple[Route, ...]
+    default_agent_id: str
+
+
+@dataclass(frozen=True)
+class DeepAgentConfig:
+    agent_id: str
+    backend: str = "sandbox"
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseConfig:
+    knowledge_base_ids: tuple[str, ...]
+    agent_id: str = ""
+    knowledge_graph: bool = False
+
+
+@dataclass(frozen=True)
+class WorkflowConfig:
+    workflow: Any
+    """The parsed :class:`~knowsphere_conversation.domain.workflow.Workflow`."""
+
+
+ModeConfig = (
+    SingleConfig
+    | SupervisorConfig
+    | CollaborationConfig
+    | ConditionalConfig
+    | DeepAgentConfig
+    | KnowledgeBaseConfig
+    | WorkflowConfig
+)
+
+
+# --- reading JSON -----------------------------------------------------------------------------------
+
+
+def _keys(value: Any, path: str, allowed: Sequence[str], required: Sequence[str] = ()) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, "must be an object")
+    for key in value:
+        if key not in allowed:
+            raise ConfigError(f"{path}.{key}", f"unknown key; expected one of {', '.join(allowed)}")
+    for key in required:
+        if key not in value:
+            raise ConfigError(f"{path}.{key}", "required")
+    return value
+
+
+def _id(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(path, "must be a non-empty string")
+    if len(value) > MAX_ID_CHARS:
+        raise ConfigError(path, f"{len(value)} characters; the limit is {MAX_ID_CHARS}")
+    return value
+
+
+def _ids(value: Any, path: str, *, least: int, most: int) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(path, "must be a list")
+    if not least <= len(value) <= most:
+        raise ConfigError(path, f"{len(value)} items; between {least} and {most} are allowed")
+    ids = tuple(_id(v, f"{path}[{n}]") for n, v in enumerate(value))
+    for n, item in enumerate(ids):
+        if item in ids[:n]:
+            raise ConfigError(f"{path}[{n}]", f"{item!r} is listed twice")
+    return ids
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(path, "must be true or false")
+    return value
+
+
+def _int(value: Any, path: str, least: int, most: int) -> int:
+    # JSON numbers arrive as floats through a protobuf Struct.
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ConfigError(path, "must be a whole number")
+    if not least <= value <= most:
+        raise ConfigError(path, f"{int(value)} is out of range; between {least} and {most}")
+    return int(value)
+
+
+def _condition(value: Any, path: str) -> Condition:
+    given = _keys(value, path, ("keywords", "regex", "intents"))
+    if len(given) != 1:
+        raise ConfigError(path, "needs exactly one of keywords, regex or intents")
+    if "keywords" in given:
+        words = given["keywords"]
+        if not isinstance(words, list) or not 1 <= len(words) <= MAX_KEYWORDS:
+            raise ConfigError(f"{path}.keywords", f"must be a list of 1 to {MAX_KEYWORDS} words")
+        for n, word in enumerate(words):
+            if not isinstance(word, str) or not word.strip() or len(word) > MAX_KEYWORD_CHARS:
+                raise ConfigError(f"{path}.keywords[{n}]", f"must be 1-{MAX_KEYWORD_CHARS} characters")
+        return Condition(keywords=tuple(w.strip() for w in words))
+    if "regex" in given:
+        pattern = given["regex"]
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_REGEX_CHARS:
+            raise ConfigError(f"{path}.regex", f"must be 1-{MAX_REGEX_CHARS} characters")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ConfigError(f"{path}.regex", f"not a regular expression: {error}") from error
+        return Condition(regex=pattern)
+    names = given["intents"]
+    known = [i.value for i in Intent]
+    if not isinstance(names, list) or not names:
+        raise ConfigError(f"{path}.intents", "must be a non-empty list")
+    intents = []
+    for n, name in enumerate(names):
+        if name not in known:
+            raise ConfigError(f"{path}.intents[{n}]", f"unknown intent {name!r}; one of {', '.join(known)}")
+        intents.append(Intent(name))
+    return Condition(intents=tuple(intents))
+
+
+def parse_config(mode: Mode, config: Mapping[str, Any]) -> ModeConfig:
+    """The typed configuration of ``mode``; :class:`ConfigError` names the first thing wrong, and
+    :class:`NotBuilt` refuses a mode that cannot be configured yet."""
+    path = "config"
+    if mode is Mode.SINGLE:
+        given = _keys(config, path, ("agent_id",), ("agent_id",))
+        return SingleConfig(_id(given["agent_id"], "config.agent_id"))
+    if mode is Mode.SUPERVISOR:
+        given = _keys(
+            config,
+            path,
+            ("supervisor_agent_id", "worker_agent_ids", "enable_summarization", "max_hops"),
+            ("supervisor_agent_id", "worker_agent_ids"),
+        )
+        supervisor = _id(given["supervisor_agent_id"], "config.supervisor_agent_id")
+        workers = _ids(given["worker_agent_ids"], "config.worker_agent_ids", least=1, most=MAX_WORKERS)
+        if supervisor in workers:
+            raise ConfigError("config.worker_agent_ids", "the supervisor cannot be one of its workers")
+        return SupervisorConfig(
+            supervisor,
+            workers,
+            _bool(given.get("enable_summarization", False), "config.enable_summarization"),
+            _int(given.get("max_hops", DEFAULT_MAX_HOPS), "config.max_hops", 1, MAX_HOPS),
+        )
+    if mode is Mode.COLLABORATION:
+        given = _keys(
+            config, path, ("agent_ids", "collaboration_strategy", "summary_agent_id"), ("agent_ids",)
+        )
+        strategy = given.get("collaboration_strategy", "sequential")
+        if strategy not in ("sequential", "parallel"):
+            raise ConfigError("config.collaboration_strategy", "must be 'sequential' or 'parallel'")
+        summary = given.get("summary_agent_id", "")
+        return CollaborationConfig(
+            _ids(given["agent_ids"], "config.agent_ids", least=2, most=MAX_EXPERTS),
+            strategy,
+            _id(summary, "config.summary_agent_id") if summary else "",
+        )
+    if mode is Mode.CONDITIONAL:
+        given = _keys(config, path, ("routes", "default_agent_id"), ("routes", "default_agent_id"))
+        routes = given["routes"]
+        if not isinstance(routes, list) or not 1 <= len(routes) <= MAX_ROUTES:
+            raise ConfigError("config.routes", f"must be a list of 1 to {MAX_ROUTES} routes")
+        parsed = []
+        for n, route in enumerate(routes):
+            where = f"config.routes[{n}]"
+            item = _keys(route, where, ("condition", "agent_id"), ("condition", "agent_id"))
+            parsed.append(
+                Route(
+                    _condition(item["condition"], f"{where}.condition"),
+                    _id(item["agent_id"], f"{where}.agent_id"),
+                )
+            )
+        return ConditionalConfig(tuple(parsed), _id(given["default_agent_id"], "config.default_agent_id"))
+    if mode is Mode.DEEP_AGENT:
+        given = _keys(config, path, ("agent_id", "backend"), ("agent_id",))
+        backend = given.get("backend", "sandbox")
+        if backend != "sandbox":
+            raise ConfigError(
+                "config.backend", "must be 'sandbox' (skill scripts run in the tool runner's sandbox)"
+            )
+        return DeepAgentConfig(_id(given["agent_id"], "config.agent_id"), backend)
+    if mode is Mode.KNOWLEDGE_BASE:
+        given = _keys(
+            config, path, ("knowledge_base_ids", "agent_id", "knowledge_graph"), ("knowledge_base_ids",)
+        )
+        agent = given.get("agent_id", "")
+        return KnowledgeBaseConfig(
+            _ids(
+                given["knowledge_base_ids"],
+                "config.knowledge_base_ids",
+                least=1,
+                most=MAX_KNOWLEDGE_BASES_PER_TURN,
+            ),
+            _id(agent, "config.agent_id") if agent else "",
+            _bool(given.get("knowledge_graph", False), "config.knowledge_graph"),
+        )
+    if mode is Mode.WORKFLOW:
+        from knowsphere_conversation.domain.workflow import WorkflowError, parse_workflow
+
+        try:
+            return WorkflowConfig(parse_workflow(config))
+        except WorkflowError as error:
+            raise ConfigError(error.field, error.reason) from error
+    raise NotBuilt(
+        f"the {mode.value} mode cannot be configured yet: its API key must be stored encrypted, "
+        "which is not built"
+    )
+
+
+def member_agent_ids(parsed: ModeConfig) -> list[str]:
+    """Every agent the configuration runs, in order of first mention, once each (with the config path
+    that names it, for errors)."""
+    return [agent_id for agent_id, _ in agent_references(parsed)]
+
+
+def agent_references(parsed: ModeConfig) -> list[tuple[str, str]]:
+    """(agent id, config path) for every agent the configuration names, first mention only."""
+    found: list[tuple[str, str]] = []
+
+    def add(agent_id: str, path: str) -> None:
+        if agent_id and agent_id not in (a for a, _ in found):
+            found.append((agent_id, path))
+
+    if isinstance(parsed, SingleConfig | DeepAgentConfig):
+        add(parsed.agent_id, "config.agent_id")
+    elif isinstance(parsed, SupervisorConfig):
+        add(parsed.supervisor_agent_id, "config.supervisor_agent_id")
+        for n, worker in enumerate(parsed.worker_agent_ids):
+            add(worker, f"config.worker_agent_ids[{n}]")
+    elif isinstance(parsed, CollaborationConfig):
+        for n, expert in enumerate(parsed.agent_ids):
+            add(expert, f"config.agent_ids[{n}]")
+        add(parsed.summary_agent_id, "config.summary_agent_id")
+    elif isinstance(parsed, ConditionalConfig):
+        for n, route in enumerate(parsed.routes):
+            add(route.agent_id, f"config.routes[{n}].agent_id")
+        add(parsed.default_agent_id, "config.default_agent_id")
+    elif isinstance(parsed, KnowledgeBaseConfig):
+        add(parsed.agent_id, "config.agent_id")
+    elif isinstance(parsed, WorkflowConfig):
+        from knowsphere_conversation.domain.workflow import agent_ids
+
+        for agent_id in agent_ids(parsed.workflow):
+            add(agent_id, "config.steps")
+    return found
+
+
+async def choose_route(
+    config: ConditionalConfig, question: str, intent: Callable[[], Any]
+) -> tuple[str, str]:
+    """(agent id, reason) of the first route whose condition holds, else the default. ``intent`` is
+    awaited (once) only when a route asks for the question's intent."""
+    decided: Intent | None = None
+    asked = False
+    for n, route in enumerate(config.routes):
+        if route.condition.needs_intent() and not asked:
+            decided, asked = await intent(), True
+        if route.condition.holds(question, decided):
+            return route.agent_id, f"route {n + 1} matched"
+    return config.default_agent_id, "no route matched; the default agent answers"
+
+
+__all__ = [
+    "MODE_UNAVAILABLE",
+    "RUNNABLE_MODES",
+    "CollaborationConfig",
+    "ConditionalConfig",
+    "ConfigError",
+    "DeepAgentConfig",
+    "KnowledgeBaseConfig",
+    "Mode",
+    "ModeConfig",
+    "NotBuilt",
+    "SingleConfig",
+    "SupervisorConfig",
+    "WorkflowConfig",
+    "agent_references",
+    "choose_route",
+    "member_agent_ids",
+    "parse_config",
+]

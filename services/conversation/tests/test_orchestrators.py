@@ -1,0 +1,332 @@
+"""Orchestrators through the conversation's real gRPC server and session store (SQLite and
+PostgreSQL), and the turns of sessions bound to them.
+
+What a user notices: a configuration that names an unknown or switched-off agent, or breaks its mode's
+shape, is refused when saved with the field named; an agent an orchestrator runs cannot be deleted from
+under it; another tenant sees none of it. A conditional orchestrator hands each question to the agent
+its routes pick (a handoff event says which and why); a knowledge-base orchestrator answers from one
+retrieval with cited passages and no tool loop; a mode that cannot answer yet ends the turn with a
+clear error instead of hanging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+from peers import CALLER, Models, Search, text, tool_call
+from world import World
+
+from knowsphere.conversation.v1 import conversation_pb2 as pb
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
+from knowsphere_contracts.events import TurnEventKind
+from knowsphere_contracts.services import CONTRACTS
+from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
+from knowsphere_conversation.api.grpc import (
+    AgentServicer,
+    ConversationServicer,
+    OrchestratorServicer,
+    build_binding,
+)
+from knowsphere_conversation.domain.orchestrators import ConfigError, Mode, parse_config
+from knowsphere_runtime.identity import Identity, bound_identity
+from knowsphere_runtime.rpc.testing import serving
+
+STRANGER = Identity("globex", "mallory")
+
+
+def config(values: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(values)
+    return out
+
+
+def by_prompt(request: mpb.ChatStreamRequest) -> list[Any]:
+    """Each agent answers in its own words, so a test sees which one the turn ran."""
+    system = request.messages[0].content[0].text
+    if system.startswith("You are the billing desk"):
+        return text("Billing here.")
+    if system.startswith("You are the IT desk"):
+        return text("IT here.")
+    if request.tools and request.tool_choice.mode != mpb.TOOL_CHOICE_MODE_NONE:
+        return tool_call("doc_retrieval", {"query": "leave"})
+    return text("Employees get 25 days [[c1]], see also [[c9]].")
+
+
+PASSAGE = rpb.SearchResult(
+    chunk_id="chunk-7",
+    document_id="doc-handbook",
+    file_name="handbook.pdf",
+    knowledge_base_id="kb-hr",
+    page=4,
+    heading_path=["Leave", "Annual"],
+    text="Employees get 25 days of annual leave.",
+    handle="h-7",
+)
+
+
+@pytest.fixture
+async def service(store: SqlSessionStore) -> AsyncIterator[tuple[Any, World]]:
+    search = Search([PASSAGE])
+    world = World(store, Models(by_prompt, intent="E"), search)
+    world.runner._agents = store  # type: ignore[attr-defined]  # as the wiring does
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget)
+    binding = build_binding(servicer, AgentServicer(store), OrchestratorServicer(store))
+    async with serving("conversation", binding=binding) as channel:
+        yield CONTRACTS["conversation"].stub(channel), world
+
+
+async def make_agent(stub: Any, name: str, prompt: str, *, active: bool = True) -> pb.Agent:
+    request = pb.CreateAgentRequest(name=name, system_prompt=prompt, active=active)
+    return (await stub.CreateAgent(request)).agent
+
+
+async def refused(call: Any, code: grpc.StatusCode) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await call
+    assert error.value.code() == code, error.value.details()
+    return error.value.details() or ""
+
+
+def test_each_mode_checks_its_shape_and_names_the_field() -> None:
+    conditional = parse_config(
+        Mode.CONDITIONAL,
+        {
+            "routes": [{"condition": {"keywords": ["Invoice"]}, "agent_id": "a1"}],
+            "default_agent_id": "a2",
+        },
+    )
+    assert conditional.routes[0].condition.holds("where is my invoice?", None)  # type: ignore[union-attr]
+    for mode, bad, field in (
+        (Mode.SINGLE, {}, "config.agent_id"),
+        (Mode.SINGLE, {"agent_id": "a", "extra": 1}, "config.extra"),
+        (Mode.SUPERVISOR, {"supervisor_agent_id": "s", "worker_agent_ids": []}, "config.worker_agent_ids"),
+        (
+            Mode.SUPERVISOR,
+            {"supervisor_agent_id": "s", "worker_agent_ids": ["w"], "max_hops": 99},
+            "config.max_hops",
+        ),
+        (Mode.SUPERVISOR, {"supervisor_agent_id": "s", "worker_agent_ids": ["s"]}, "config.worker_agent_ids"),
+        (Mode.COLLABORATION, {"agent_ids": ["a", "a"]}, "config.agent_ids[1]"),
+        (
+            Mode.COLLABORATION,
+            {"agent_ids": ["a", "b"], "collaboration_strategy": "vote"},
+            "config.collaboration_strategy",
+        ),
+        (
+            Mode.CONDITIONAL,
+            {"routes": [{"condition": {"regex": "("}, "agent_id": "a"}], "default_agent_id": "b"},
+            "config.routes[0].condition.regex",
+        ),
+        (
+            Mode.CONDITIONAL,
+            {"routes": [{"condition": {"intents": ["weather"]}, "agent_id": "a"}], "default_agent_id": "b"},
+            "config.routes[0].condition.intents[0]",
+        ),
+        (
+            Mode.CONDITIONAL,
+            {"routes": [{"condition": {}, "agent_id": "a"}], "default_agent_id": "b"},
+            "config.routes[0].condition",
+        ),
+        (Mode.KNOWLEDGE_BASE, {"knowledge_base_ids": []}, "config.knowledge_base_ids"),
+        (Mode.DEEP_AGENT, {"agent_id": "a", "backend": "local_shell"}, "config.backend"),
+        (
+            Mode.WORKFLOW,
+            {"steps": [{"id": "a", "kind": "agent", "agent_id": "x", "next": [{"to": "zz"}]}]},
+            "",
+        ),
+    ):
+        with pytest.raises(ConfigError) as error:
+            parse_config(mode, bad)
+        assert error.value.field.startswith(field or "config.steps[0].next[0]"), (mode, error.value)
+
+
+async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(service: Any) -> None:
+    stub, _ = service
+    with bound_identity(CALLER):
+        billing = await make_agent(stub, "billing", "You are the billing desk.")
+        sleeper = await make_agent(stub, "sleeper", "Off.", active=False)
+        create = pb.CreateOrchestratorRequest(
+            name="front-desk",
+            mode=pb.ORCHESTRATION_MODE_SINGLE,
+            config=config({"agent_id": billing.id}),
+            active=True,
+        )
+        made = (await stub.CreateOrchestrator(create)).orchestrator
+        assert list(made.member_agent_ids) == [billing.id] and made.display_name == "front-desk"
+        assert (
+            await stub.GetOrchestrator(pb.GetOrchestratorRequest(orchestrator_id=made.id))
+        ).orchestrator == made
+
+        # Unknown and switched-off agents, a missing mode, a duplicate name, a mode not configurable yet.
+        for request, field in (
+            (
+                pb.CreateOrchestratorRequest(name="x1", mode=1, config=config({"agent_id": "nope"})),
+                "config.agent_id",
+            ),
+            (
+                pb.CreateOrchestratorRequest(name="x2", mode=1, config=config({"agent_id": sleeper.id})),
+                "not active",
+            ),
+            (pb.CreateOrchestratorRequest(name="x3", config=config({"agent_id": billing.id})), "mode"),
+            (
+                pb.CreateOrchestratorRequest(
+                    name="front-desk", mode=1, config=config({"agent_id": billing.id})
+                ),
+                "name",
+            ),
+            (
+                pb.CreateOrchestratorRequest(
+                    name="x4",
+                    mode=pb.ORCHESTRATION_MODE_SUPERVISOR,
+                    config=config({"supervisor_agent_id": "s"}),
+                ),
+                "config.worker_agent_ids",
+            ),
+        ):
+            assert field in await refused(stub.CreateOrchestrator(request), grpc.StatusCode.INVALID_ARGUMENT)
+        external = pb.CreateOrchestratorRequest(
+            name="dify",
+            mode=pb.ORCHESTRATION_MODE_EXTERNAL,
+            config=config({"integration_type": "dify", "api_url": "https://x", "api_key": "k"}),
+        )
+        assert "not built" in await refused(stub.CreateOrchestrator(external), grpc.StatusCode.UNIMPLEMENTED)
+
+        # An agent an orchestrator runs cannot be deleted; once the orchestrator moves on, it can.
+        message = await refused(
+            stub.DeleteAgent(pb.DeleteAgentRequest(agent_id=billing.id)), grpc.StatusCode.FAILED_PRECONDITION
+        )
+        assert "front-desk" in message
+        it = await make_agent(stub, "it-desk", "You are the IT desk.")
+        moved = await stub.UpdateOrchestrator(
+            pb.UpdateOrchestratorRequest(orchestrator_id=made.id, config=config({"agent_id": it.id}))
+        )
+        assert list(moved.orchestrator.member_agent_ids) == [it.id]
+        await stub.DeleteAgent(pb.DeleteAgentRequest(agent_id=billing.id))
+        listed = await stub.ListOrchestrators(pb.ListOrchestratorsRequest(mode=pb.ORCHESTRATION_MODE_SINGLE))
+        assert [o.name for o in listed.orchestrators] == ["front-desk"]
+        none = await stub.ListOrchestrators(pb.ListOrchestratorsRequest(mode=pb.ORCHESTRATION_MODE_WORKFLOW))
+        assert list(none.orchestrators) == []
+
+    with bound_identity(STRANGER):
+        await refused(
+            stub.GetOrchestrator(pb.GetOrchestratorRequest(orchestrator_id=made.id)),
+            grpc.StatusCode.NOT_FOUND,
+        )
+        await refused(
+            stub.DeleteOrchestrator(pb.DeleteOrchestratorRequest(orchestrator_id=made.id)),
+            grpc.StatusCode.NOT_FOUND,
+        )
+        assert list((await stub.ListOrchestrators(pb.ListOrchestratorsRequest())).orchestrators) == []
+        # Another tenant cannot build on this tenant's agents either.
+        theirs = pb.CreateOrchestratorRequest(name="steal", mode=1, config=config({"agent_id": it.id}))
+        assert "config.agent_id" in await refused(
+            stub.CreateOrchestrator(theirs), grpc.StatusCode.INVALID_ARGUMENT
+        )
+    with bound_identity(CALLER):
+        await stub.DeleteOrchestrator(pb.DeleteOrchestratorRequest(orchestrator_id=made.id))
+        await stub.DeleteAgent(pb.DeleteAgentRequest(agent_id=it.id))
+
+
+async def session_on(stub: Any, name: str, mode: int, values: dict[str, Any]) -> tuple[pb.Orchestrator, str]:
+    request = pb.CreateOrchestratorRequest(name=name, mode=mode, config=config(values), active=True)
+    orchestrator = (await stub.CreateOrchestrator(request)).orchestrator
+    session = (await stub.CreateSession(pb.CreateSessionRequest(orchestrator_id=orchestrator.id))).session
+    return orchestrator, session.id
+
+
+async def test_a_conditional_orchestrator_hands_each_question_to_the_agent_its_routes_pick(
+    service: Any,
+) -> None:
+    stub, world = service
+    with bound_identity(CALLER):
+        billing = await make_agent(stub, "billing", "You are the billing desk.")
+        it = await make_agent(stub, "it-desk", "You are the IT desk.")
+        general = await make_agent(stub, "general", "You are the front desk.")
+        _, session = await session_on(
+            stub,
+            "router",
+            pb.ORCHESTRATION_MODE_CONDITIONAL,
+            {
+                "routes": [
+                    {"condition": {"keywords": ["invoice", "发票"]}, "agent_id": billing.id},
+                    {"condition": {"regex": r"(?i)\bvpn\b"}, "agent_id": it.id},
+                    {"condition": {"intents": ["greeting"]}, "agent_id": general.id},
+                ],
+                "default_agent_id": general.id,
+            },
+        )
+        events = await world.ask(session, "Where is my INVOICE for March?", "t-route-1")
+        [handoff] = [e for e in events if e.kind is TurnEventKind.HANDOFF]
+        assert handoff.to_agent_id == billing.id and handoff.reason == "route 1 matched"
+        assert [e.kind for e in events][:2] == [TurnEventKind.STARTED, TurnEventKind.HANDOFF]
+        assert events[-1].kind is TurnEventKind.COMPLETED and events[-1].text == "Billing here."
+        decisions = len(world.models.decisions)
+
+        events = await world.ask(session, "my vpn drops every hour", "t-route-2")
+        assert events[-1].text == "IT here."
+        # Keyword and regex routes decided without asking the model for the intent first.
+        assert len(world.models.decisions) == decisions + 1  # only query understanding's own
+
+        world.models.intent = "A"  # a greeting
+        events = await world.ask(session, "good morning", "t-route-3")
+        [handoff] = [e for e in events if e.kind is TurnEventKind.HANDOFF]
+        assert handoff.to_agent_id == general.id and handoff.reason == "route 3 matched"
+        world.models.intent = "E"
+        events = await world.ask(session, "how many leave days do I get?", "t-route-4")
+        [handoff] = [e for e in events if e.kind is TurnEventKind.HANDOFF]
+        assert handoff.to_agent_id == general.id and "default" in (handoff.reason or "")
+        assert sum(e.is_final for e in world.events) == 4
+
+
+async def test_a_knowledge_base_orchestrator_answers_from_one_retrieval_with_citations(service: Any) -> None:
+    stub, world = service
+    with bound_identity(CALLER):
+        _, session = await session_on(
+            stub, "hr-rag", pb.ORCHESTRATION_MODE_KNOWLEDGE_BASE, {"knowledge_base_ids": ["kb-hr"]}
+        )
+        events = await world.ask(session, "How many days of annual leave?", "t-rag-1")
+    kinds = [e.kind for e in events]
+    assert TurnEventKind.TOOL_STARTED not in kinds  # no tool loop
+    [intent] = [e for e in events if e.kind is TurnEventKind.INTENT]
+    assert intent.route == "retrieve"
+    [sources] = [e for e in events if e.kind is TurnEventKind.SOURCES]
+    assert [(c.handle, c.chunk_id, c.page) for c in sources.citations] == [("c1", "chunk-7", 4)]
+    final = events[-1]
+    assert final.kind is TurnEventKind.COMPLETED
+    # The made-up [[c9]] names no passage: it is removed, and the real one is kept and cited.
+    assert final.text == "Employees get 25 days [[c1]], see also ." and final.removed_citations == 1
+    assert [c.file_name for c in final.citations] == ["handbook.pdf"]
+    answer = world.models.requests[-1]
+    assert answer.tool_choice.mode == mpb.TOOL_CHOICE_MODE_NONE
+    prompt = "\n".join(part.text for message in answer.messages for part in message.content)
+    assert "[c1] handbook.pdf, p. 4, Leave > Annual\nEmployees get 25 days of annual leave." in prompt
+
+
+async def test_an_orchestrator_that_cannot_answer_ends_the_turn_with_a_clear_error(service: Any) -> None:
+    stub, world = service
+    with bound_identity(CALLER):
+        boss = await make_agent(stub, "boss", "You lead.")
+        worker = await make_agent(stub, "worker", "You work.")
+        supervisor, session = await session_on(
+            stub,
+            "team",
+            pb.ORCHESTRATION_MODE_SUPERVISOR,
+            {"supervisor_agent_id": boss.id, "worker_agent_ids": [worker.id]},
+        )
+        [final] = [e for e in await world.ask(session, "plan my week", "t-mode-1") if e.is_final]
+        assert final.error_code == "orchestration_mode_unavailable" and "supervisor" in (
+            final.error_message or ""
+        )
+        await stub.UpdateOrchestrator(
+            pb.UpdateOrchestratorRequest(orchestrator_id=supervisor.id, active=False)
+        )
+        [final] = [e for e in await world.ask(session, "plan my week", "t-mode-2") if e.is_final]
+        assert final.error_code == "orchestrator_inactive" and "team" in (final.error_message or "")
+        await stub.DeleteOrchestrator(pb.DeleteOrchestratorRequest(orchestrator_id=supervisor.id))
+        [final] = [e for e in await world.ask(session, "plan my week", "t-mode-3") if e.is_final]
+        assert final.error_code == "orchestrator_not_found"
