@@ -3,8 +3,8 @@ token, and with the owner's.
 
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
-base, document, progress stream, search, session, turn, model, memory item or token of the owner's, and
-its own (empty) views elsewhere; the owner gets the same routes answered.
+base, document, progress stream, search, session, turn, model, memory item, agent, orchestrator or token
+of the owner's, and its own (empty) views elsewhere; the owner gets the same routes answered.
 
 The peers are tenant-scoped fakes on real gRPC servers (any request naming a resource id answers
 NOT_FOUND unless it comes from the owner's tenant), so this proves that the gateway carries the token's
@@ -46,6 +46,7 @@ RESOURCE_FIELDS = frozenset(
         "turn_id",
         "memory_item_id",
         "agent_id",
+        "orchestrator_id",
         "artifact_id",
     }
 )
@@ -57,6 +58,8 @@ PATH_IDS = {
     "turn_id": "turn-a",
     "item_id": "item-a",
     "artifact_id": "artifact-a",
+    "agent_id": "agent-a",
+    "orchestrator_id": "orchestrator-a",
     "type": "knowledge_qa",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
@@ -76,6 +79,12 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/chat/turns"): {"json": {"message": "hi", "session_id": "session-a"}},
     ("POST", "/api/v1/sessions"): {"json": {"title": "t"}},
     ("PATCH", "/api/v1/sessions/{session_id}"): {"json": {"title": "t"}},
+    ("POST", "/api/v1/agents"): {"json": {"name": "hr-helper"}},
+    ("PATCH", "/api/v1/agents/{agent_id}"): {"json": {"description": "d"}},
+    ("POST", "/api/v1/orchestrators"): {
+        "json": {"name": "hr-desk", "mode": "knowledge_base", "config": {"knowledge_base_ids": ["kb-b"]}}
+    },
+    ("PATCH", "/api/v1/orchestrators/{orchestrator_id}"): {"json": {"description": "d"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "n", "role": "member"}},
     ("PATCH", "/api/v1/memory/items/{item_id}"): {"json": {"content": "I work in finance"}},
     # The owner's agent as the model is a 404 like one in the path.

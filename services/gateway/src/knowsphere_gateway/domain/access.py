@@ -1,9 +1,9 @@
 """Which role each route of the public API needs: one table, read by the authorization dependency.
 
-Admins manage knowledge bases, models, agents and tokens; members chat, upload and keep their own
-sessions; read-only callers read and search. A route missing from the table needs ``admin`` (closed by
-default), and a test fails until it is listed. The role is checked before the route looks anything up,
-so a 403 says nothing about whether a resource exists.
+Admins manage knowledge bases, models, agents, orchestrators and tokens; members chat, upload and keep
+their own sessions; read-only callers read and search. A route missing from the table needs ``admin``
+(closed by default), and a test fails until it is listed. The role is checked before the route looks
+anything up, so a 403 says nothing about whether a resource exists.
 """
 
 from __future__ import annotations
@@ -50,6 +50,17 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("PATCH", "/api/v1/sessions/{session_id}"): MEMBER,
     ("DELETE", "/api/v1/sessions/{session_id}"): MEMBER,
     ("GET", "/api/v1/sessions/{session_id}/messages"): READ_ONLY,
+    # agents and orchestrators (admins manage them; every role may read them)
+    ("POST", "/api/v1/agents"): ADMIN,
+    ("GET", "/api/v1/agents"): READ_ONLY,
+    ("GET", "/api/v1/agents/{agent_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/agents/{agent_id}"): ADMIN,
+    ("DELETE", "/api/v1/agents/{agent_id}"): ADMIN,
+    ("POST", "/api/v1/orchestrators"): ADMIN,
+    ("GET", "/api/v1/orchestrators"): READ_ONLY,
+    ("GET", "/api/v1/orchestrators/{orchestrator_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/orchestrators/{orchestrator_id}"): ADMIN,
+    ("DELETE", "/api/v1/orchestrators/{orchestrator_id}"): ADMIN,
     # the caller's own memory
     ("GET", "/api/v1/memory/items"): READ_ONLY,
     ("PATCH", "/api/v1/memory/items/{item_id}"): MEMBER,
