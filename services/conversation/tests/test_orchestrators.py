@@ -74,7 +74,7 @@ async def service(store: SqlSessionStore) -> AsyncIterator[tuple[Any, World]]:
     search = Search([PASSAGE])
     world = World(store, Models(by_prompt, intent="E"), search)
     world.runner._agents = store  # type: ignore[attr-defined]  # as the wiring does
-    servicer = ConversationServicer(store, world.history, world.cancel, world.forget)
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget, bindings=store)
     binding = build_binding(servicer, AgentServicer(store), OrchestratorServicer(store))
     async with serving("conversation", binding=binding) as channel:
         yield CONTRACTS["conversation"].stub(channel), world
@@ -222,6 +222,12 @@ async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(servic
             grpc.StatusCode.NOT_FOUND,
         )
         assert list((await stub.ListOrchestrators(pb.ListOrchestratorsRequest())).orchestrators) == []
+        # Nor bind a session to it, which reads as missing.
+        for request, what in (
+            (pb.CreateSessionRequest(orchestrator_id=made.id), "orchestrator"),
+            (pb.CreateSessionRequest(agent_id=it.id), "agent"),
+        ):
+            assert what in await refused(stub.CreateSession(request), grpc.StatusCode.NOT_FOUND)
         # Another tenant cannot build on this tenant's agents either.
         theirs = pb.CreateOrchestratorRequest(name="steal", mode=1, config=config({"agent_id": it.id}))
         assert "config.agent_id" in await refused(

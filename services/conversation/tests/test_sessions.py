@@ -196,7 +196,7 @@ async def test_cancelling_a_turn_stops_it_with_what_was_said(store: SqlSessionSt
 async def agents(store: SqlSessionStore) -> AsyncIterator[tuple[Any, World]]:
     world = World(store, Models(lambda r: text("as the agent says"), intent="B"))
     world.runner._agents = store  # type: ignore[attr-defined]  # as the wiring does
-    servicer = ConversationServicer(store, world.history, world.cancel, world.forget)
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget, bindings=store)
     async with serving("conversation", binding=build_binding(servicer, AgentServicer(store))) as channel:
         yield CONTRACTS["conversation"].stub(channel), world
 

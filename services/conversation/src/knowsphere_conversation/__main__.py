@@ -117,6 +117,7 @@ def main() -> None:
                 wait=settings.cancel_wait_seconds,
             ),
             forget,
+            bindings=sessions,
         )
         server = GrpcServer(
             name=SERVICE_NAME,

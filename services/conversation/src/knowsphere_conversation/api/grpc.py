@@ -121,6 +121,13 @@ def _page(token: str, page_size: int, default: int, maximum: int) -> tuple[int, 
     return offset, min(page_size or default, maximum)
 
 
+class SessionBindings(Protocol):
+    """What a session may be bound to: the tenant's agents and orchestrators."""
+
+    async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None: ...
+    async def get_orchestrator(self, tenant_id: str, orchestrator_id: str) -> pb.Orchestrator | None: ...
+
+
 class ConversationServicer:
     def __init__(
         self,
@@ -129,10 +136,12 @@ class ConversationServicer:
         cancel: Cancel,
         forget: Forget,
         *,
+        bindings: SessionBindings | None = None,
         default_page_size: int = 50,
         max_page_size: int = 200,
     ) -> None:
         self._sessions = sessions
+        self._bindings = bindings
         self._history = history
         self._cancel = cancel
         self._forget = forget
@@ -156,6 +165,18 @@ class ConversationServicer:
                     "metadata", f"{len(request.metadata)} entries; the limit is {MAX_METADATA_ENTRIES}"
                 )
             identity = require_identity()
+            if request.agent_id and request.orchestrator_id:
+                raise invalid("orchestrator_id", "give an agent_id or an orchestrator_id, not both")
+            if self._bindings is not None:
+                # A session names what the caller's tenant has: anything else reads as missing.
+                if request.agent_id and not await self._bindings.get_agent(
+                    identity.tenant_id, request.agent_id
+                ):
+                    raise not_found("agent", request.agent_id)
+                if request.orchestrator_id and not await self._bindings.get_orchestrator(
+                    identity.tenant_id, request.orchestrator_id
+                ):
+                    raise not_found("orchestrator", request.orchestrator_id)
             now = datetime.now(UTC)
             record = SessionRecord(
                 id=uuid.uuid4().hex,

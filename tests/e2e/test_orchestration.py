@@ -1,0 +1,112 @@
+"""Orchestrators end to end: agents and an orchestrator created through the gateway, a session bound to
+it, and its turns run by the conversation over NATS with the scripted OpenAI-wire model (real HTTP on
+loopback) and the real retrieval of an ingested knowledge base.
+
+What a user notices: a conditional orchestrator's question is answered by the agent its routes pick,
+and the stream says so (``handoff``); a knowledge-base orchestrator answers from the passages of one
+retrieval, cited, without a tool loop; another tenant can neither read the orchestrator nor bind a
+session to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_conversation import ask, client, ready_kb, tenant, use_scripted_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
+from scripted_provider import Recorded, Reply, ScriptedProvider, openai_decision, openai_text_stream
+
+pytestmark = pytest.mark.e2e
+
+
+def scripted(request: Recorded) -> Reply:
+    body = request.json
+    decision = openai_decision("E", body)  # kb_search
+    if decision is not None:
+        return decision
+    system = json.dumps(body["messages"][0]["content"])
+    if "billing desk" in system:
+        return openai_text_stream(["Billing here:", " your invoice is on its way."])
+    if "Passages found in the knowledge bases" in json.dumps(body["messages"]):
+        return openai_text_stream(["Employees get 27 days", " of paid leave [[c1]]."])
+    return openai_text_stream(["The front desk answers."])
+
+
+def test_a_conditional_orchestrator_routes_and_a_knowledge_base_one_cites(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", scripted)
+    owner = tenant()
+    with client(stack, owner) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        agents = {}
+        for name, prompt in (("billing", "You are the billing desk."), ("front", "You are the front desk.")):
+            created = http.post("/agents", json={"name": name, "system_prompt": prompt})
+            assert created.status_code == 201, created.text
+            agents[name] = created.json()["id"]
+        routed = http.post(
+            "/orchestrators",
+            json={
+                "name": "router",
+                "mode": "conditional",
+                "config": {
+                    "routes": [{"condition": {"keywords": ["invoice"]}, "agent_id": agents["billing"]}],
+                    "default_agent_id": agents["front"],
+                },
+            },
+        )
+        assert routed.status_code == 201, routed.text
+        assert routed.json()["member_agent_ids"] == [agents["billing"], agents["front"]]
+        bad = http.post(
+            "/orchestrators",
+            json={"name": "broken", "mode": "single", "config": {"agent_id": "no-such-agent"}},
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "config.agent_id", bad.text
+
+        session = http.post("/sessions", json={"orchestrator_id": routed.json()["id"]}).json()["id"]
+        turn = ask(http, "Where is my invoice for March?", session_id=session)
+        names = [name for name, _ in turn]
+        assert names[:2] == ["started", "handoff"], turn
+        assert turn[1][1]["to_agent_id"] == agents["billing"]
+        assert turn[-1][1]["text"] == "Billing here: your invoice is on its way."
+        turn = ask(http, "Who do I talk to about parking?", session_id=session)
+        assert turn[1][1]["to_agent_id"] == agents["front"] and "default" in turn[1][1]["reason"]
+        assert turn[-1][1]["text"] == "The front desk answers."
+
+        rag = http.post(
+            "/orchestrators",
+            json={"name": "handbook", "mode": "knowledge_base", "config": {"knowledge_base_ids": [kb_id]}},
+        )
+        assert rag.status_code == 201, rag.text
+        session = http.post("/sessions", json={"orchestrator_id": rag.json()["id"]}).json()["id"]
+        turn = ask(http, "How many days of annual leave do employees get?", session_id=session)
+        names = [name for name, _ in turn]
+        assert "tool_started" not in names and names[-1] == "completed", turn
+        [intent] = [data for name, data in turn if name == "intent"]
+        assert intent["route"] == "retrieve"
+        final = turn[-1][1]
+        assert final["text"] == "Employees get 27 days of paid leave [[c1]]."
+        [cited] = final["citations"]
+        assert cited["document_id"] == document_id and cited["file_name"] == "handbook.md"
+        # The answer's request held the passage retrieval found, with the tool calls switched off.
+        answer = [
+            r.json
+            for r in model_server.requests_to("/v1/chat/completions")
+            if "Passages found" in json.dumps(r.json["messages"])
+        ][-1]
+        assert "27 days of paid annual leave" in json.dumps(answer["messages"])
+        assert answer.get("tool_choice") == "none"
+        orchestrator_id = rag.json()["id"]
+
+    with client(stack, tenant()) as stranger:
+        assert stranger.get(f"/orchestrators/{orchestrator_id}").status_code == 404
+        assert stranger.post("/sessions", json={"orchestrator_id": orchestrator_id}).status_code == 404
+        assert stranger.get("/orchestrators").json()["orchestrators"] == []
