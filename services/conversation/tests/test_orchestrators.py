@@ -11,19 +11,22 @@ clear error instead of hanging.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import struct_pb2
-from peers import CALLER, Models, Search, text, tool_call
+from peers import CALLER, Memory, Models, Search, Tools, text, tool_call
 from world import World
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ModelErrorCode
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
-from knowsphere_contracts.events import TurnEventKind
+from knowsphere_clients.errors import FailedPrecondition, ModelFailure
+from knowsphere_contracts.events import ChatRequested, ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_conversation.adapters.sessions_sql import SqlSessionStore
 from knowsphere_conversation.api.grpc import (
@@ -32,7 +35,9 @@ from knowsphere_conversation.api.grpc import (
     OrchestratorServicer,
     build_binding,
 )
+from knowsphere_conversation.domain.graph import TurnLimits
 from knowsphere_conversation.domain.orchestrators import ConfigError, Mode, parse_config
+from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
 
@@ -336,3 +341,182 @@ async def test_an_orchestrator_that_cannot_answer_ends_the_turn_with_a_clear_err
         await stub.DeleteOrchestrator(pb.DeleteOrchestratorRequest(orchestrator_id=supervisor.id))
         [final] = [e for e in await world.ask(session, "plan my week", "t-mode-3") if e.is_final]
         assert final.error_code == "orchestrator_not_found"
+
+
+class Crash(BaseException):
+    """The process dying in the middle of a turn (nothing in the turn catches it)."""
+
+
+def experts_script(request: mpb.ChatStreamRequest) -> list[Any]:
+    system = request.messages[0].content[0].text
+    last = request.messages[-1]
+    if system.startswith("You are the law expert"):
+        if last.role == mpb.CHAT_ROLE_TOOL:
+            return text("The contract grants 25 days [[c1]].")
+        return tool_call("doc_retrieval", {"query": "leave"})
+    if system.startswith("You are the tax expert"):
+        if last.role == mpb.CHAT_ROLE_TOOL:
+            return text("Leave pay is taxed as salary [[c1]].")
+        return tool_call("doc_retrieval", {"query": "tax"}, call_id="call-9")
+    if system.startswith("You are the editor"):
+        return text("Both agree: 25 days [[c1]], taxed as salary [[c2]].")
+    raise AssertionError(f"unexpected prompt {system[:40]!r}")
+
+
+def prompt_of(request: mpb.ChatStreamRequest) -> str:
+    return "\n".join(part.text for message in request.messages for part in message.content)
+
+
+def asked_by(models: Models, who: str) -> list[mpb.ChatStreamRequest]:
+    return [r for r in models.requests if r.messages[0].content[0].text.startswith(who)]
+
+
+async def collaboration(stub: Any, strategy: str) -> tuple[list[pb.Agent], str]:
+    law = await make_agent(stub, "law", "You are the law expert.")
+    tax = await make_agent(stub, "tax", "You are the tax expert.")
+    editor = await make_agent(stub, "editor", "You are the editor.")
+    _, session = await session_on(
+        stub,
+        f"panel-{strategy}",
+        pb.ORCHESTRATION_MODE_COLLABORATION,
+        {"agent_ids": [law.id, tax.id], "collaboration_strategy": strategy, "summary_agent_id": editor.id},
+    )
+    return [law, tax, editor], session
+
+
+async def test_a_sequential_collaboration_hands_each_expert_the_earlier_answers_then_summarises(
+    service: Any,
+) -> None:
+    stub, world = service
+    world.models.agent = experts_script
+    with bound_identity(CALLER):
+        (law, tax, _), session = await collaboration(stub, "sequential")
+        events = await world.ask(session, "How much leave do I get and how is it taxed?", "t-panel-1")
+    handoffs = [(e.from_agent_id, e.to_agent_id, e.reason) for e in events if e.kind is TurnEventKind.HANDOFF]
+    assert handoffs == [("", law.id, "expert 1 of 2"), (law.id, tax.id, "expert 2 of 2")]
+    tools = [(e.kind.value, e.tool_call_id) for e in events if e.tool_call_id]
+    assert tools == [
+        ("tool_started", "e0-call-1"),
+        ("tool_finished", "e0-call-1"),
+        ("tool_started", "e1-call-9"),
+        ("tool_finished", "e1-call-9"),
+    ]
+    # The tax expert saw the law expert's answer; the editor saw both, their sources numbered for the turn.
+    assert "[law] said:\nThe contract grants 25 days [[c1]]." in prompt_of(
+        asked_by(world.models, "You are the tax")[0]
+    )
+    [summary] = asked_by(world.models, "You are the editor")
+    briefing = prompt_of(summary)
+    assert "[law]\nThe contract grants 25 days [[c1]]." in briefing
+    assert "[tax]\nLeave pay is taxed as salary [[c2]]." in briefing
+    assert summary.tool_choice.mode == mpb.TOOL_CHOICE_MODE_NONE
+    # Only the summary is the answer the user reads; both cited passages are its sources.
+    streamed = "".join(e.text or "" for e in events if e.kind is TurnEventKind.TEXT_DELTA)
+    final = events[-1]
+    assert final.kind is TurnEventKind.COMPLETED and streamed == final.text
+    assert final.text == "Both agree: 25 days [[c1]], taxed as salary [[c2]]."
+    assert [(c.handle, c.chunk_id) for c in final.citations] == [("c1", "chunk-1"), ("c2", "chunk-1")]
+    # The experts' answers count with the summary's (the scripted answers report 100 prompt tokens each).
+    assert final.prompt_tokens == 300
+    # The experts' working threads are gone once the turn is answered.
+    for index in (0, 1):
+        thread = f"{CALLER.tenant_id}/{CALLER.user_id}/{session}/t-panel-1-e{index}"
+        state = await world.graph.aget_state({"configurable": {"thread_id": thread}})
+        assert not state.values
+
+
+async def test_a_parallel_collaboration_runs_its_experts_at_once_and_keeps_the_work_of_those_that_answer(
+    service: Any,
+) -> None:
+    stub, world = service
+    both_asking = asyncio.Event()
+    waiting: set[str] = set()
+
+    class Gate(Models):
+        def chat_stream(self, request: mpb.ChatStreamRequest) -> AsyncIterator[mpb.ChatStreamResponse]:
+            inner = super().chat_stream(request)
+
+            async def events() -> AsyncIterator[mpb.ChatStreamResponse]:
+                system = request.messages[0].content[0].text
+                if request.purpose == "conversation.agent" and "expert" in system:
+                    waiting.add(system)
+                    if len(waiting) == 2:
+                        both_asking.set()
+                    # Sequential experts would wait here for ever: the second never comes.
+                    await asyncio.wait_for(both_asking.wait(), 5)
+                    if system.startswith("You are the tax expert"):
+                        raise FailedPrecondition(
+                            "provider down",
+                            model=ModelFailure(
+                                code=ModelErrorCode.MODEL_UNAVAILABLE, user_message="model down"
+                            ),
+                        )
+                async for event in inner:
+                    yield event
+
+            return events()
+
+    world.models = Gate(experts_script)
+    world.runner._models = world.models  # type: ignore[attr-defined]
+    with bound_identity(CALLER):
+        (law, tax, _), session = await collaboration(stub, "parallel")
+        events = await world.ask(session, "How much leave do I get and how is it taxed?", "t-panel-2")
+    handoffs = [(e.to_agent_id, e.reason) for e in events if e.kind is TurnEventKind.HANDOFF]
+    assert handoffs == [(law.id, "expert 1 of 2"), (tax.id, "expert 2 of 2")]
+    assert both_asking.is_set()
+    briefing = prompt_of(asked_by(world.models, "You are the editor")[0])
+    assert "[law]\nThe contract grants 25 days [[c1]]." in briefing
+    assert "[tax]\n(could not answer:" in briefing
+    assert events[-1].kind is TurnEventKind.COMPLETED and sum(e.is_final for e in world.events) == 1
+
+
+async def test_a_collaboration_whose_replica_dies_resumes_without_asking_a_finished_expert_again(
+    service: Any, store: SqlSessionStore
+) -> None:
+    stub, world = service
+
+    def dies_at_tax(request: mpb.ChatStreamRequest) -> list[Any]:
+        if request.messages[0].content[0].text.startswith("You are the tax expert"):
+            raise Crash
+        return experts_script(request)
+
+    world.models.agent = dies_at_tax
+    with bound_identity(CALLER):
+        _, session = await collaboration(stub, "sequential")
+        request = ChatRequested(
+            turn_id="t-panel-3", session_id=session, message="Leave and tax?", knowledge_base_ids=["kb-1"]
+        )
+        with pytest.raises(Crash):
+            await world.runner.run(request)
+        law_asked = len(asked_by(world.models, "You are the law"))
+
+        class Log:
+            async def read(self, turn_id: str) -> list[ChatTurnEvent]:
+                return [e for e in world.events if e.turn_id == turn_id]
+
+        models = Models(experts_script, intent="E")
+        restarted = TurnRunner(
+            lambda: world.graph,
+            models=models,
+            tools=Tools(),
+            memory=Memory(),
+            search=Search(),
+            publish=world.runner._publish,  # type: ignore[attr-defined]
+            publish_completed=world.runner._publish_completed,  # type: ignore[attr-defined]
+            limits=TurnLimits(),
+            event_log=Log(),
+            sessions=store,
+            agents=store,
+        )
+        result = await restarted.run(request, redelivered=True)
+    events = [e for e in world.events if e.turn_id == "t-panel-3"]
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert sum(e.is_final for e in events) == 1 and result.final is events[-1]
+    assert events[-1].text == "Both agree: 25 days [[c1]], taxed as salary [[c2]]."
+    assert [e.kind for e in events].count(TurnEventKind.HANDOFF) == 2
+    assert [e.tool_call_id for e in events if e.kind is TurnEventKind.TOOL_STARTED] == [
+        "e0-call-1",
+        "e1-call-9",
+    ]
+    # The law expert had answered before the crash: its answer was read, not asked again.
+    assert law_asked == 2 and asked_by(models, "You are the law") == []

@@ -51,9 +51,14 @@ class CitationFilter:
         return CITATION.sub(keep, text)
 
 
+def renumber_citations(text: str, renamed: dict[str, str]) -> str:
+    """``text`` with each ``[[cN]]`` renamed by ``renamed``; a citation naming no source is dropped."""
+    return CITATION.sub(lambda m: f"[[{renamed[m.group(1)]}]]" if m.group(1) in renamed else "", text)
+
+
 def cited_handles(text: str) -> set[str]:
     """The handles a (cleaned) answer cites."""
     return set(CITATION.findall(text))
 
 
-__all__ = ["CITATION", "CitationFilter", "cited_handles"]
+__all__ = ["CITATION", "CitationFilter", "cited_handles", "renumber_citations"]

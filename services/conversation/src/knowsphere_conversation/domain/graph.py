@@ -205,6 +205,10 @@ class TurnRuntime:
     direct_retrieval: bool = False
     """A knowledge-base orchestrator's turn: questions that need the knowledge bases retrieve once and
     are answered from the passages (route ``retrieve``) instead of the tool loop."""
+    briefing: str = ""
+    """A collaboration's summary: the experts' answers (with their header), answered from directly."""
+    briefing_sources: tuple[dict[str, Any], ...] = ()
+    """The sources the experts' answers cite, numbered for the whole turn."""
     images: tuple[ImageRef, ...] = ()
     """This turn's images (not checkpointed: a redelivered turn brings them again)."""
     # What the turn found out while running (read by the runner for the final event).
@@ -253,8 +257,9 @@ def _new_id() -> str:
 
 
 async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
-    """This turn's question; the previous turn's intent, rewrite and sources are cleared."""
-    return {
+    """This turn's question; the previous turn's intent, rewrite and sources are cleared (a
+    collaboration's summary starts from the experts' answers and their sources)."""
+    cleared = {
         "rewritten": "",
         "intent": "",
         "route": "",
@@ -265,6 +270,14 @@ async def prepare_context(state: TurnState, config: RunnableConfig) -> dict[str,
         "image_description": "",
         "passages": "",
     }
+    return cleared | await _briefed(state, config)
+
+
+async def _briefed(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
+    turn = _runtime(config)
+    if not turn.briefing:
+        return {}
+    return {"passages": turn.briefing, "sources": list(turn.briefing_sources)}
 
 
 async def manage_memory(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
@@ -375,6 +388,8 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     )
     if turn.direct_retrieval and route is TurnRoute.REACT:
         route = TurnRoute.RETRIEVE
+    if turn.briefing:
+        route = TurnRoute.GENERATE  # the experts did the reading; the summary answers from them
     span = trace.get_current_span()
     span.set_attribute(attributes.INTENT, intent.value)
     span.set_attribute(attributes.ROUTE, route.value)
@@ -782,7 +797,7 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         log.warning("tool schemas unavailable; answering without them", error=str(error))
     if request.tools:
         request.tool_choice.mode = mpb.TOOL_CHOICE_MODE_NONE
-    # Route retrieve: the passages found are this turn's sources, cited as [[cN]].
+    # Route retrieve (and a collaboration's summary): this turn's sources, cited as [[cN]].
     reply = await _stream_model(turn, request, [s["handle"] for s in state.get("sources", [])])
     message = Message(
         id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True

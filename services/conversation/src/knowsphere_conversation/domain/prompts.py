@@ -51,7 +51,7 @@ def turn_context(
     *, rewritten: str, image_description: str, skills: Sequence[str], background: str, passages: str = ""
 ) -> str:
     """The block right before the question: what query understanding found, who is asking and, on the
-    retrieve route, the passages found."""
+    retrieve route, the passages found (or the experts' answers of a collaboration), with their header."""
     parts = []
     if rewritten:
         parts.append(f"Search query for this question: {rewritten}")
@@ -62,7 +62,7 @@ def turn_context(
     if background:
         parts.append(f"About the asker (use it to resolve references, not as the question):\n{background}")
     if passages:
-        parts.append(PASSAGES_HEADER + "\n\n" + passages)
+        parts.append(passages)
     return "\n\n".join(parts)
 
 
@@ -70,6 +70,18 @@ PASSAGES_HEADER = (
     "Passages found in the knowledge bases for this question. Answer from them only; put [[cN]] right "
     "after each fact taken from passage cN; if they do not hold the answer, say so."
 )
+
+
+EXPERTS_HEADER = (
+    "Answers of the experts to this question, in order. Combine them into one answer for the user: keep "
+    "what they agree on, say where they differ, and keep their [[cN]] citations right after the facts "
+    "they support; add no fact they do not give."
+)
+
+
+def experts_briefing(answers: Sequence[tuple[str, str]]) -> str:
+    """The experts' answers as the summary's prompt shows them; each is (expert name, answer)."""
+    return EXPERTS_HEADER + "\n\n" + "\n\n".join(f"[{name}]\n{text.strip()}" for name, text in answers)
 
 
 def numbered_passages(passages: Sequence[tuple[str, str, int, Sequence[str], str]]) -> str:
@@ -81,7 +93,7 @@ def numbered_passages(passages: Sequence[tuple[str, str, int, Sequence[str], str
             part for part in (file_name, f"p. {page}" if page else "", " > ".join(headings)) if part
         )
         blocks.append(f"[{handle}] {where}\n{text.strip()}")
-    return "\n\n".join(blocks)
+    return PASSAGES_HEADER + "\n\n" + "\n\n".join(blocks)
 
 
 HANDOFF_HEADER = "Summary of the earlier conversation (older turns were compacted):"

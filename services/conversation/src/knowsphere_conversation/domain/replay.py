@@ -20,6 +20,8 @@ def _key(kind: TurnEventKind, fields: dict[str, Any]) -> tuple[Any, ...] | None:
         return (kind,)
     if kind in (TurnEventKind.TOOL_STARTED, TurnEventKind.TOOL_FINISHED):
         return (kind, fields.get("tool_call_id"))
+    if kind is TurnEventKind.HANDOFF:
+        return (kind, fields.get("to_agent_id"), fields.get("reason"))
     if kind is TurnEventKind.SOURCES:
         return (
             kind,

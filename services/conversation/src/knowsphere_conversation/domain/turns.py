@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ from knowsphere_contracts.events import (
     TurnCompleted,
     TurnEventKind,
 )
-from knowsphere_conversation.domain.citations import cited_handles
+from knowsphere_conversation.domain import prompts
+from knowsphere_conversation.domain.citations import cited_handles, renumber_citations
 from knowsphere_conversation.domain.graph import (
     AgentConfig,
     Memory,
@@ -61,6 +63,7 @@ from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.orchestrators import (
     MODE_UNAVAILABLE,
     RUNNABLE_MODES,
+    CollaborationConfig,
     ConditionalConfig,
     KnowledgeBaseConfig,
     Mode,
@@ -190,6 +193,10 @@ class Plan:
     knowledge_graph: bool = False
     handoff: tuple[str, str] | None = None
     """(agent id, reason) to announce as a handoff event."""
+    experts: tuple[tuple[str, AgentConfig], ...] = ()
+    """A collaboration's experts as (name, configuration), in order; ``agent_id`` then writes the summary."""
+    parallel: bool = False
+    """The experts answer at once instead of in turn (each seeing the earlier answers)."""
 
 
 TURN_FAILED = "turn_failed"
@@ -326,6 +333,23 @@ class TurnRunner:
                 knowledge_base_ids=config.knowledge_base_ids,
                 knowledge_graph=config.knowledge_graph,
             )
+        if isinstance(config, CollaborationConfig):
+            experts = []
+            for expert_id in config.agent_ids:
+                expert = await self._agents.get_agent(identity.tenant_id, expert_id)
+                if expert is None:
+                    raise TurnProblem(
+                        AGENT_NOT_FOUND, f"the orchestrator's agent {expert_id} no longer exists"
+                    )
+                if not expert.active:
+                    label = expert.display_name or expert.name
+                    raise TurnProblem(AGENT_INACTIVE, f"the agent {label} is switched off")
+                experts.append((expert.display_name or expert.name, agent_config(expert)))
+            return Plan(
+                config.summary_agent_id or config.agent_ids[0],
+                experts=tuple(experts),
+                parallel=config.strategy == "parallel",
+            )
         assert isinstance(config, ConditionalConfig)
         announced = [e for e in previous if e.kind is TurnEventKind.HANDOFF and e.to_agent_id]
         if announced:
@@ -436,6 +460,10 @@ class TurnRunner:
         question = Message(id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=content)
 
         async def invoke() -> Any:
+            if plan.experts and not (resuming and not saved.next):
+                runtime.briefing, runtime.briefing_sources = await self._consult(
+                    request, thread, plan, runtime, text, emit
+                )
             if not resuming:
                 earlier = history_messages(request.turn_id, request.history)
                 return await graph.ainvoke(
@@ -479,6 +507,10 @@ class TurnRunner:
         except Exception:
             log.exception("turn failed", turn_id=request.turn_id)
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
+        if plan.experts and graph.checkpointer is not None:
+            # The experts' threads served this turn only (the summary keeps what they said).
+            for index in range(len(plan.experts)):
+                await graph.checkpointer.adelete_thread(f"{thread}/{request.turn_id}-e{index}")
         text = "".join(runtime.text)
         sources = [citation(s) for s in state.get("sources", [])]
         used = cited_handles(text)
@@ -508,6 +540,121 @@ class TurnRunner:
             completion_tokens=runtime.usage.get("completion_tokens", 0),
         )
         return final
+
+    async def _consult(
+        self,
+        request: ChatRequested,
+        thread: str,
+        plan: Plan,
+        runtime: TurnRuntime,
+        question: str,
+        emit: Callable[..., Awaitable[ChatTurnEvent]],
+    ) -> tuple[str, tuple[dict[str, Any], ...]]:
+        """A collaboration's experts answer ``question`` (in turn, each seeing the earlier answers, or
+        at once), each on a checkpoint thread of its own, so a turn delivered again resumes an expert
+        where it stopped and reads the finished ones' answers. Their tool activity reaches the client,
+        their answers do not: the summary that follows answers from them (the briefing returned, with
+        the sources they cite numbered for the whole turn). An expert that fails is reported in the
+        briefing; the others' work is kept."""
+        answers: list[tuple[str, str, list[dict[str, Any]]]] = [("", "", [])] * len(plan.experts)
+        names = [name for name, _ in plan.experts]
+        for index, (_, expert) in enumerate(plan.experts):
+            reason = f"expert {index + 1} of {len(plan.experts)}"
+            if plan.parallel or index == 0:
+                await emit(
+                    TurnEventKind.HANDOFF, from_agent_id="", to_agent_id=expert.agent_id, reason=reason
+                )
+
+        async def consult(index: int) -> None:
+            name, expert = plan.experts[index]
+            if not plan.parallel and index > 0:
+                await emit(
+                    TurnEventKind.HANDOFF,
+                    from_agent_id=plan.experts[index - 1][1].agent_id,
+                    to_agent_id=expert.agent_id,
+                    reason=f"expert {index + 1} of {len(plan.experts)}",
+                )
+            earlier = [] if plan.parallel else [(names[i], answers[i][1]) for i in range(index)]
+            asked = question
+            if earlier:
+                asked += "\n\n" + "\n\n".join(f"[{n}] said:\n{a}" for n, a in earlier)
+            try:
+                text, sources = await self._expert(request, thread, index, expert, runtime, asked, emit)
+            except (TurnError, CapabilityUnavailable) as error:
+                log.warning(
+                    "an expert could not answer", turn_id=request.turn_id, expert=name, error=error.message
+                )
+                text, sources = f"(could not answer: {error.message})", []
+            answers[index] = (name, text, sources)
+
+        if plan.parallel:
+            await asyncio.gather(*(consult(i) for i in range(len(plan.experts))))
+        else:
+            for index in range(len(plan.experts)):
+                await consult(index)
+        # Each expert numbered its sources from c1: number them for the whole turn.
+        merged: list[dict[str, Any]] = []
+        briefed: list[tuple[str, str]] = []
+        for name, text, sources in answers:
+            renamed = {}
+            for source in sources:
+                handle = f"c{len(merged) + 1}"
+                renamed[source["handle"]] = handle
+                merged.append({**source, "handle": handle})
+            briefed.append((name, renumber_citations(text, renamed)))
+        return prompts.experts_briefing(briefed), tuple(merged)
+
+    async def _expert(
+        self,
+        request: ChatRequested,
+        thread: str,
+        index: int,
+        expert: AgentConfig,
+        runtime: TurnRuntime,
+        question: str,
+        emit: Callable[..., Awaitable[ChatTurnEvent]],
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """One expert's answer and sources, from its own checkpoint thread (run, resumed or read)."""
+        graph = self._graph()
+        turn_id = f"{request.turn_id}-e{index}"
+        config: dict[str, Any] = {"configurable": {"thread_id": f"{thread}/{turn_id}"}}
+
+        async def shown(kind: TurnEventKind, **fields: Any) -> Any:
+            # Its tool activity is the turn's (ids kept apart per expert); its own intent, sources and
+            # answer stay inside.
+            if kind in (TurnEventKind.TOOL_STARTED, TurnEventKind.TOOL_FINISHED):
+                fields["tool_call_id"] = f"e{index}-{fields.get('tool_call_id')}"
+                return await emit(kind, **fields)
+            return None
+
+        inner = dataclasses.replace(
+            runtime,
+            emit=shown,
+            agent=expert,
+            session_id="",
+            knowledge_base_ids=runtime.knowledge_base_ids or expert.knowledge_base_ids,
+            text=[],
+            usage={},
+            removed_citations=0,
+        )
+        config["configurable"]["turn"] = inner
+        saved = await graph.aget_state(config)
+        values = saved.values if saved else {}
+        if values.get("turn_id") != turn_id:
+            message = Message(id=turn_id + "-q", turn_id=turn_id, role="user", content=question)
+            values = await graph.ainvoke(
+                {"messages": [message], "turn_id": turn_id, "question": question}, config
+            )
+        elif saved.next:
+            values = await graph.ainvoke(None, config)
+        for key, count in inner.usage.items():
+            runtime.usage[key] = runtime.usage.get(key, 0) + count
+        answer = "".join(
+            m["content"]
+            for m in values.get("messages", [])
+            if m["turn_id"] == turn_id and m["role"] == "assistant" and m.get("final")
+        )
+        return answer, list(values.get("sources", []))
 
     async def _announce(
         self, request: ChatRequested, cited: Sequence[Citation], runtime: TurnRuntime
