@@ -322,15 +322,11 @@ async def test_an_orchestrator_that_cannot_answer_ends_the_turn_with_a_clear_err
     stub, world = service
     with bound_identity(CALLER):
         boss = await make_agent(stub, "boss", "You lead.")
-        worker = await make_agent(stub, "worker", "You work.")
         supervisor, session = await session_on(
-            stub,
-            "team",
-            pb.ORCHESTRATION_MODE_SUPERVISOR,
-            {"supervisor_agent_id": boss.id, "worker_agent_ids": [worker.id]},
+            stub, "team", pb.ORCHESTRATION_MODE_DEEP_AGENT, {"agent_id": boss.id}
         )
         [final] = [e for e in await world.ask(session, "plan my week", "t-mode-1") if e.is_final]
-        assert final.error_code == "orchestration_mode_unavailable" and "supervisor" in (
+        assert final.error_code == "orchestration_mode_unavailable" and "deep_agent" in (
             final.error_message or ""
         )
         await stub.UpdateOrchestrator(
@@ -520,3 +516,83 @@ async def test_a_collaboration_whose_replica_dies_resumes_without_asking_a_finis
     ]
     # The law expert had answered before the crash: its answer was read, not asked again.
     assert law_asked == 2 and asked_by(models, "You are the law") == []
+
+
+def supervising(request: mpb.ChatStreamRequest) -> list[Any]:
+    system = request.messages[0].content[0].text
+    if not system.startswith("You are the lead"):
+        return experts_script(request)
+    handed = [m for m in request.messages if m.role == mpb.CHAT_ROLE_TOOL]
+    if not handed:
+        return tool_call("transfer_to_law", {"task": "How many leave days?"}, call_id="call-a")
+    if len(handed) == 1:
+        return tool_call("transfer_to_tax", {"task": "How is leave pay taxed?"}, call_id="call-b")
+    return text("Leave is 25 days [[c1]] and taxed as salary [[c2]].")
+
+
+async def test_a_supervisor_hands_tasks_to_its_workers_and_answers_from_what_they_found(service: Any) -> None:
+    stub, world = service
+    world.models.agent = supervising
+    with bound_identity(CALLER):
+        law = await make_agent(stub, "law", "You are the law expert.")
+        tax = await make_agent(stub, "tax", "You are the tax expert.")
+        lead = await make_agent(stub, "lead", "You are the lead.")
+        _, session = await session_on(
+            stub,
+            "desk",
+            pb.ORCHESTRATION_MODE_SUPERVISOR,
+            {"supervisor_agent_id": lead.id, "worker_agent_ids": [law.id, tax.id]},
+        )
+        events = await world.ask(session, "How much leave do I get and how is it taxed?", "t-sup-1")
+    handoffs = [(e.from_agent_id, e.to_agent_id, e.reason) for e in events if e.kind is TurnEventKind.HANDOFF]
+    assert handoffs == [
+        (lead.id, law.id, "How many leave days?"),
+        (law.id, lead.id, "answered"),
+        (lead.id, tax.id, "How is leave pay taxed?"),
+        (tax.id, lead.id, "answered"),
+    ]
+    tools = [e.tool_call_id for e in events if e.kind is TurnEventKind.TOOL_STARTED]
+    assert tools == ["call-a-call-1", "call-b-call-9"]  # each worker's own tool calls, kept apart
+    # Each worker got only its task; the supervisor read their answers with the sources renumbered.
+    [law_asked, _] = asked_by(world.models, "You are the law")
+    assert law_asked.messages[-1].content[0].text == "How many leave days?"
+    last = asked_by(world.models, "You are the lead")[-1]
+    results = [m.content[0].text for m in last.messages if m.role == mpb.CHAT_ROLE_TOOL]
+    assert results == ["The contract grants 25 days [[c1]].", "Leave pay is taxed as salary [[c2]]."]
+    tool_names = {t.name for t in last.tools}
+    assert {"transfer_to_law", "transfer_to_tax", "doc_retrieval"} <= tool_names
+    assert "pass on what they answered" in last.messages[0].content[0].text
+    final = events[-1]
+    assert final.kind is TurnEventKind.COMPLETED
+    assert final.text == "Leave is 25 days [[c1]] and taxed as salary [[c2]]."
+    assert [c.handle for c in final.citations] == ["c1", "c2"]
+
+
+async def test_a_supervisor_that_keeps_handing_off_is_stopped_at_its_bound(service: Any) -> None:
+    stub, world = service
+
+    def loops(request: mpb.ChatStreamRequest) -> list[Any]:
+        if request.messages[0].content[0].text.startswith("You are the lead"):
+            rounds = sum(m.role == mpb.CHAT_ROLE_TOOL for m in request.messages)
+            return tool_call("transfer_to_law", {"task": "again"}, call_id=f"call-{rounds}")
+        return experts_script(request)
+
+    world.models.agent = loops
+    with bound_identity(CALLER):
+        law = await make_agent(stub, "law", "You are the law expert.")
+        lead = await make_agent(stub, "lead", "You are the lead.")
+        _, session = await session_on(
+            stub,
+            "loop",
+            pb.ORCHESTRATION_MODE_SUPERVISOR,
+            {"supervisor_agent_id": lead.id, "worker_agent_ids": [law.id], "max_hops": 2},
+        )
+        events = await world.ask(session, "Leave?", "t-sup-2")
+    assert [e.reason for e in events if e.kind is TurnEventKind.HANDOFF and e.to_agent_id == law.id] == [
+        "again",
+        "again",
+    ]
+    assert len(asked_by(world.models, "You are the law")) == 4  # two handoffs, two requests each
+    last = asked_by(world.models, "You are the lead")[-1]
+    assert last.messages[-1].content[0].text.startswith("The handoff limit of this turn is reached")
+    assert sum(e.is_final for e in events) == 1 and events[-1].kind is TurnEventKind.COMPLETED

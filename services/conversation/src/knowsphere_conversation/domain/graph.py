@@ -42,10 +42,10 @@ from knowsphere_clients.errors import ServiceError
 from knowsphere_clients.modelhub import is_model_missing
 from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
 from knowsphere_conversation.domain import prompts
-from knowsphere_conversation.domain.citations import CitationFilter
+from knowsphere_conversation.domain.citations import CitationFilter, renumber_citations
 from knowsphere_conversation.domain.extractive import Passage, extract_answer
 from knowsphere_conversation.domain.images import ImageRef
-from knowsphere_conversation.domain.intents import BY_CODE, route_for, rule_intent
+from knowsphere_conversation.domain.intents import BY_CODE, SKIP_INTENTS, route_for, rule_intent
 from knowsphere_conversation.domain.layout import (
     Message,
     ToolCallRecord,
@@ -174,6 +174,49 @@ def _main_request(turn: TurnRuntime, purpose: str, messages: list[mpb.ChatMessag
 
 
 @dataclass(frozen=True)
+class Worker:
+    """A supervisor's worker as its handoff tool shows it."""
+
+    agent_id: str
+    name: str
+    description: str
+    config: AgentConfig
+
+    @property
+    def tool_name(self) -> str:
+        return HANDOFF_PREFIX + re.sub(r"[^a-zA-Z0-9_-]", "_", self.name)[:50]
+
+
+HANDOFF_PREFIX = "transfer_to_"
+HANDOFF_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {
+            "task": {
+                "type": "string",
+                "description": "what the agent should do, self-contained "
+                "(it sees nothing else of the conversation)",
+            }
+        },
+        "required": ["task"],
+    },
+    sort_keys=True,
+)
+Delegate = Callable[["Worker", str, str], Awaitable[tuple[str, list[dict[str, Any]]]]]
+
+
+def _handoff_definitions(turn: TurnRuntime) -> list[mpb.ToolDefinition]:
+    return [
+        mpb.ToolDefinition(
+            name=w.tool_name,
+            description=f"Hand a task to {w.name}: {w.description}".strip(),
+            parameters_json_schema=HANDOFF_SCHEMA,
+        )
+        for w in turn.workers
+    ]
+
+
+@dataclass(frozen=True)
 class TurnLimits:
     keep_turns: int = 8
     max_tool_rounds: int = 8
@@ -209,6 +252,14 @@ class TurnRuntime:
     """A collaboration's summary: the experts' answers (with their header), answered from directly."""
     briefing_sources: tuple[dict[str, Any], ...] = ()
     """The sources the experts' answers cite, numbered for the whole turn."""
+    workers: tuple[Worker, ...] = ()
+    """A supervisor's workers: each is a handoff tool of the agent (``transfer_to_<name>``)."""
+    delegate: Delegate | None = None
+    """Runs a worker on a task (the turn runner's): (worker, task, tool call id) → (answer, sources)."""
+    max_hops: int = 0
+    """Handoffs a supervisor may make in one turn."""
+    sub_threads: list[str] = field(default_factory=list)
+    """Checkpoint threads of this turn's experts or workers (deleted once it is answered)."""
     images: tuple[ImageRef, ...] = ()
     """This turn's images (not checkpointed: a redelivered turn brings them again)."""
     # What the turn found out while running (read by the runner for the final event).
@@ -390,6 +441,8 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         route = TurnRoute.RETRIEVE
     if turn.briefing:
         route = TurnRoute.GENERATE  # the experts did the reading; the summary answers from them
+    elif turn.workers and intent not in SKIP_INTENTS:
+        route = TurnRoute.REACT  # a supervisor hands questions to its workers
     span = trace.get_current_span()
     span.set_attribute(attributes.INTENT, intent.value)
     span.set_attribute(attributes.ROUTE, route.value)
@@ -613,7 +666,8 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         )
         for t in listed.tools
     )
-    if listed.tools:
+    request.tools.extend(_handoff_definitions(turn))
+    if request.tools:
         mode = (
             mpb.TOOL_CHOICE_MODE_NONE if rounds >= turn.limits.max_tool_rounds else mpb.TOOL_CHOICE_MODE_AUTO
         )
@@ -663,7 +717,27 @@ async def tools(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     calls = state["messages"][-1].get("tool_calls", [])
     sources = list(state.get("sources", []))
     out: list[Message] = []
+    workers = {w.tool_name: w for w in turn.workers}
+    hops = sum(
+        1
+        for m in state["messages"]
+        if m["turn_id"] == state["turn_id"] and m["role"] == "tool" and m.get("name", "") in workers
+    )
     for call in calls:
+        if call["name"] in workers:
+            content = await _hand_off(turn, workers[call["name"]], call, sources, hops)
+            hops += 1
+            out.append(
+                Message(
+                    id=_new_id(),
+                    turn_id=state["turn_id"],
+                    role="tool",
+                    content=content,
+                    tool_call_id=call["id"],
+                    name=call["name"],
+                )
+            )
+            continue
         await turn.emit(TurnEventKind.TOOL_STARTED, tool_call_id=call["id"], tool_name=call["name"])
         started = time.monotonic()
         request = tpb.ExecuteToolRequest(
@@ -725,6 +799,49 @@ async def tools(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
             )
         )
     return {"messages": out, "sources": sources}
+
+
+HOP_LIMIT_REACHED = "The handoff limit of this turn is reached: answer the user now with what you have."
+
+
+async def _hand_off(
+    turn: TurnRuntime, worker: Worker, call: ToolCallRecord, sources: list[dict[str, Any]], hops: int
+) -> str:
+    """A supervisor's handoff: the worker does the task on a thread of its own; its answer is the tool
+    result and its sources join this turn's, numbered after them (``sources`` is extended)."""
+    if hops >= turn.max_hops or turn.delegate is None:
+        return HOP_LIMIT_REACHED
+    try:
+        task = str(json.loads(call["arguments"] or "{}").get("task", "")).strip()
+    except (ValueError, AttributeError):
+        task = ""
+    if not task:
+        return 'error: give the worker a "task": what it should do, self-contained; call again'
+    supervisor = turn.agent.agent_id
+    await turn.emit(
+        TurnEventKind.HANDOFF,
+        from_agent_id=supervisor,
+        to_agent_id=worker.agent_id,
+        reason=task[:500],
+        tool_call_id=call["id"],
+    )
+    try:
+        answer, found = await turn.delegate(worker, task, call["id"])
+    except TurnError as error:
+        answer, found = f"error: {worker.name} could not answer: {error.message}", []
+    renamed = {}
+    for source in found:
+        handle = f"c{len(sources) + 1}"
+        renamed[source["handle"]] = handle
+        sources.append({**source, "handle": handle})
+    await turn.emit(
+        TurnEventKind.HANDOFF,
+        from_agent_id=worker.agent_id,
+        to_agent_id=supervisor,
+        reason="answered",
+        tool_call_id=call["id"],
+    )
+    return renumber_citations(answer, renamed)
 
 
 async def _tool_finished(
@@ -795,6 +912,7 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         request.tools.extend(_definitions(await _list_tools(turn)))
     except ServiceError as error:
         log.warning("tool schemas unavailable; answering without them", error=str(error))
+    request.tools.extend(_handoff_definitions(turn))
     if request.tools:
         request.tool_choice.mode = mpb.TOOL_CHOICE_MODE_NONE
     # Route retrieve (and a collaboration's summary): this turn's sources, cited as [[cN]].

@@ -50,7 +50,9 @@ DEFAULT_MAX_HOPS = 6
 MAX_HOPS = 20
 
 
-RUNNABLE_MODES = frozenset({Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE, Mode.COLLABORATION})
+RUNNABLE_MODES = frozenset(
+    {Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE, Mode.COLLABORATION, Mode.SUPERVISOR}
+)
 """Modes a turn can run today; a session on another mode ends its turns with :data:`MODE_UNAVAILABLE`."""
 MODE_UNAVAILABLE = "orchestration_mode_unavailable"
 

@@ -72,6 +72,17 @@ PASSAGES_HEADER = (
 )
 
 
+SUPERVISE_RELAY = (
+    "You lead a team: hand each part of the user's question to the worker who knows it best with its "
+    "transfer_to_… tool (one self-contained task each), then pass on what they answered, keeping their "
+    "[[cN]] citations; answer yourself only what no worker covers."
+)
+SUPERVISE_SUMMARIZE = (
+    "You lead a team: hand each part of the user's question to the worker who knows it best with its "
+    "transfer_to_… tool (one self-contained task each), then write one summary of their answers for the "
+    "user, keeping their [[cN]] citations right after the facts they support."
+)
+
 EXPERTS_HEADER = (
     "Answers of the experts to this question, in order. Combine them into one answer for the user: keep "
     "what they agree on, say where they differ, and keep their [[cN]] citations right after the facts "

@@ -21,7 +21,7 @@ def _key(kind: TurnEventKind, fields: dict[str, Any]) -> tuple[Any, ...] | None:
     if kind in (TurnEventKind.TOOL_STARTED, TurnEventKind.TOOL_FINISHED):
         return (kind, fields.get("tool_call_id"))
     if kind is TurnEventKind.HANDOFF:
-        return (kind, fields.get("to_agent_id"), fields.get("reason"))
+        return (kind, fields.get("to_agent_id"), fields.get("reason"), fields.get("tool_call_id"))
     if kind is TurnEventKind.SOURCES:
         return (
             kind,

@@ -53,6 +53,7 @@ from knowsphere_conversation.domain.graph import (
     TurnError,
     TurnLimits,
     TurnRuntime,
+    Worker,
     agent_config,
     citation,
     decide_intent,
@@ -68,6 +69,7 @@ from knowsphere_conversation.domain.orchestrators import (
     KnowledgeBaseConfig,
     Mode,
     SingleConfig,
+    SupervisorConfig,
     choose_route,
     parse_config,
 )
@@ -197,6 +199,10 @@ class Plan:
     """A collaboration's experts as (name, configuration), in order; ``agent_id`` then writes the summary."""
     parallel: bool = False
     """The experts answer at once instead of in turn (each seeing the earlier answers)."""
+    workers: tuple[Worker, ...] = ()
+    """A supervisor's workers (``agent_id`` is the supervisor)."""
+    max_hops: int = 0
+    summarize: bool = False
 
 
 TURN_FAILED = "turn_failed"
@@ -297,6 +303,16 @@ class TurnRunner:
                 Outcome.ANSWERED, await self._run(request, identity, thread, previous, agent, plan)
             )
 
+    async def _member(self, identity: Identity, agent_id: str) -> cpb.Agent:
+        """An agent an orchestrator runs, or the turn's end naming what is wrong with it."""
+        assert self._agents is not None
+        agent = await self._agents.get_agent(identity.tenant_id, agent_id)
+        if agent is None:
+            raise TurnProblem(AGENT_NOT_FOUND, f"the orchestrator's agent {agent_id} no longer exists")
+        if not agent.active:
+            raise TurnProblem(AGENT_INACTIVE, f"the agent {agent.display_name or agent.name} is switched off")
+        return agent
+
     async def _plan(
         self,
         identity: Identity,
@@ -333,17 +349,28 @@ class TurnRunner:
                 knowledge_base_ids=config.knowledge_base_ids,
                 knowledge_graph=config.knowledge_graph,
             )
+        if isinstance(config, SupervisorConfig):
+            workers = []
+            for worker_id in config.worker_agent_ids:
+                worker = await self._member(identity, worker_id)
+                workers.append(
+                    Worker(
+                        worker.id,
+                        worker.display_name or worker.name,
+                        worker.description,
+                        agent_config(worker),
+                    )
+                )
+            return Plan(
+                config.supervisor_agent_id,
+                workers=tuple(workers),
+                max_hops=config.max_hops,
+                summarize=config.enable_summarization,
+            )
         if isinstance(config, CollaborationConfig):
             experts = []
             for expert_id in config.agent_ids:
-                expert = await self._agents.get_agent(identity.tenant_id, expert_id)
-                if expert is None:
-                    raise TurnProblem(
-                        AGENT_NOT_FOUND, f"the orchestrator's agent {expert_id} no longer exists"
-                    )
-                if not expert.active:
-                    label = expert.display_name or expert.name
-                    raise TurnProblem(AGENT_INACTIVE, f"the agent {label} is switched off")
+                expert = await self._member(identity, expert_id)
                 experts.append((expert.display_name or expert.name, agent_config(expert)))
             return Plan(
                 config.summary_agent_id or config.agent_ids[0],
@@ -447,7 +474,21 @@ class TurnRunner:
             language=request.language,
             direct_retrieval=plan.direct_retrieval,
             text=kept,
+            workers=plan.workers,
+            max_hops=plan.max_hops,
         )
+        if plan.workers:
+            runtime.agent = dataclasses.replace(
+                agent,
+                identity=agent.identity
+                + "\n\n"
+                + (prompts.SUPERVISE_SUMMARIZE if plan.summarize else prompts.SUPERVISE_RELAY),
+            )
+
+            async def delegate(worker: Worker, task: str, call_id: str) -> tuple[str, list[dict[str, Any]]]:
+                return await self._expert(request, thread, call_id, worker.config, runtime, task, emit)
+
+            runtime.delegate = delegate
         config["configurable"]["turn"] = runtime
         text, images = split_images(request.message)
         try:
@@ -507,10 +548,10 @@ class TurnRunner:
         except Exception:
             log.exception("turn failed", turn_id=request.turn_id)
             return await emit(TurnEventKind.ERROR, error_code=TURN_FAILED, error_message=TURN_FAILED_MESSAGE)
-        if plan.experts and graph.checkpointer is not None:
-            # The experts' threads served this turn only (the summary keeps what they said).
-            for index in range(len(plan.experts)):
-                await graph.checkpointer.adelete_thread(f"{thread}/{request.turn_id}-e{index}")
+        if graph.checkpointer is not None:
+            # The experts' and workers' threads served this turn only (the answer keeps what they said).
+            for sub_thread in dict.fromkeys(runtime.sub_threads):
+                await graph.checkpointer.adelete_thread(sub_thread)
         text = "".join(runtime.text)
         sources = [citation(s) for s in state.get("sources", [])]
         used = cited_handles(text)
@@ -579,7 +620,7 @@ class TurnRunner:
             if earlier:
                 asked += "\n\n" + "\n\n".join(f"[{n}] said:\n{a}" for n, a in earlier)
             try:
-                text, sources = await self._expert(request, thread, index, expert, runtime, asked, emit)
+                text, sources = await self._expert(request, thread, f"e{index}", expert, runtime, asked, emit)
             except (TurnError, CapabilityUnavailable) as error:
                 log.warning(
                     "an expert could not answer", turn_id=request.turn_id, expert=name, error=error.message
@@ -608,22 +649,24 @@ class TurnRunner:
         self,
         request: ChatRequested,
         thread: str,
-        index: int,
+        label: str,
         expert: AgentConfig,
         runtime: TurnRuntime,
         question: str,
         emit: Callable[..., Awaitable[ChatTurnEvent]],
     ) -> tuple[str, list[dict[str, Any]]]:
-        """One expert's answer and sources, from its own checkpoint thread (run, resumed or read)."""
+        """One expert's (or worker's) answer and sources, from its own checkpoint thread (run, resumed
+        or read); ``label`` names the thread within the turn and prefixes its tool calls' ids."""
         graph = self._graph()
-        turn_id = f"{request.turn_id}-e{index}"
+        turn_id = f"{request.turn_id}-{label}"
         config: dict[str, Any] = {"configurable": {"thread_id": f"{thread}/{turn_id}"}}
+        runtime.sub_threads.append(f"{thread}/{turn_id}")
 
         async def shown(kind: TurnEventKind, **fields: Any) -> Any:
             # Its tool activity is the turn's (ids kept apart per expert); its own intent, sources and
             # answer stay inside.
             if kind in (TurnEventKind.TOOL_STARTED, TurnEventKind.TOOL_FINISHED):
-                fields["tool_call_id"] = f"e{index}-{fields.get('tool_call_id')}"
+                fields["tool_call_id"] = f"{label}-{fields.get('tool_call_id')}"
                 return await emit(kind, **fields)
             return None
 
@@ -632,6 +675,9 @@ class TurnRunner:
             emit=shown,
             agent=expert,
             session_id="",
+            workers=(),
+            delegate=None,
+            sub_threads=[],
             knowledge_base_ids=runtime.knowledge_base_ids or expert.knowledge_base_ids,
             text=[],
             usage={},
