@@ -20,7 +20,14 @@ import pytest
 from .test_conversation import ask, client, ready_kb, tenant, use_scripted_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
-from scripted_provider import Recorded, Reply, ScriptedProvider, openai_decision, openai_text_stream
+from scripted_provider import (
+    Recorded,
+    Reply,
+    ScriptedProvider,
+    openai_decision,
+    openai_text_stream,
+    openai_tool_call_stream,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -110,3 +117,87 @@ def test_a_conditional_orchestrator_routes_and_a_knowledge_base_one_cites(
         assert stranger.get(f"/orchestrators/{orchestrator_id}").status_code == 404
         assert stranger.post("/sessions", json={"orchestrator_id": orchestrator_id}).status_code == 404
         assert stranger.get("/orchestrators").json()["orchestrators"] == []
+
+
+def team(request: Recorded) -> Reply:
+    body = request.json
+    decision = openai_decision("E", body)  # kb_search
+    if decision is not None:
+        return decision
+    messages = body["messages"]
+    system = json.dumps(messages[0]["content"])
+    last = messages[-1]["role"]
+    if "law expert" in system:
+        if last == "tool":
+            return openai_text_stream(["27 days a year [[c1]]."])
+        return openai_tool_call_stream("doc_retrieval", {"query": "annual leave days"})
+    if "expenses expert" in system:
+        return openai_text_stream(["Taxis are paid after 22:00."])
+    if "the editor" in system:
+        return openai_text_stream(["Leave is 27 days [[c1]]; taxis are paid after 22:00."])
+    if "the lead" in system:
+        if last == "tool":
+            return openai_text_stream(["Leave: 27 days a year [[c1]]."])
+        return openai_tool_call_stream(
+            "transfer_to_law", {"task": "How many leave days a year?"}, call_id="call_a"
+        )
+    raise AssertionError(system)
+
+
+def test_a_supervisor_and_a_collaboration_answer_through_their_agents_with_citations(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", team)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        agents = {}
+        for name, prompt in (
+            ("law", "You are the law expert."),
+            ("expenses", "You are the expenses expert."),
+            ("editor", "You are the editor."),
+            ("lead", "You are the lead."),
+        ):
+            created = http.post(
+                "/agents", json={"name": name, "system_prompt": prompt, "knowledge_base_ids": [kb_id]}
+            )
+            assert created.status_code == 201, created.text
+            agents[name] = created.json()["id"]
+
+        def session_for(name: str, mode: str, config: dict[str, Any]) -> str:
+            made = http.post("/orchestrators", json={"name": name, "mode": mode, "config": config})
+            assert made.status_code == 201, made.text
+            return str(http.post("/sessions", json={"orchestrator_id": made.json()["id"]}).json()["id"])
+
+        session = session_for(
+            "desk", "supervisor", {"supervisor_agent_id": agents["lead"], "worker_agent_ids": [agents["law"]]}
+        )
+        turn = ask(http, "How much leave do I get?", session_id=session, knowledge_base_ids=[kb_id])
+        handoffs = [(d["from_agent_id"], d["to_agent_id"]) for name, d in turn if name == "handoff"]
+        assert handoffs == [(agents["lead"], agents["law"]), (agents["law"], agents["lead"])], turn
+        assert [d["tool_call_id"] for name, d in turn if name == "tool_started"] == ["call_a-call_scripted"]
+        final = turn[-1][1]
+        assert turn[-1][0] == "completed" and final["text"] == "Leave: 27 days a year [[c1]].", turn
+        assert [c["document_id"] for c in final["citations"]] == [document_id]
+
+        session = session_for(
+            "panel",
+            "collaboration",
+            {"agent_ids": [agents["law"], agents["expenses"]], "summary_agent_id": agents["editor"]},
+        )
+        turn = ask(http, "Leave days and taxi rules?", session_id=session, knowledge_base_ids=[kb_id])
+        assert [d["to_agent_id"] for name, d in turn if name == "handoff"] == [
+            agents["law"],
+            agents["expenses"],
+        ]
+        final = turn[-1][1]
+        assert turn[-1][0] == "completed", turn
+        assert final["text"] == "Leave is 27 days [[c1]]; taxis are paid after 22:00."
+        assert [c["document_id"] for c in final["citations"]] == [document_id]
+        # The expenses expert saw the law expert's answer; the editor saw both.
+        bodies = [json.dumps(r.json["messages"]) for r in model_server.requests_to("/v1/chat/completions")]
+        assert any("expenses expert" in b and "[law] said:" in b and "27 days a year" in b for b in bodies)
+        assert any(
+            "the editor" in b and "[expenses]" in b and "Taxis are paid after 22:00." in b for b in bodies
+        )

@@ -596,3 +596,37 @@ async def test_a_supervisor_that_keeps_handing_off_is_stopped_at_its_bound(servi
     last = asked_by(world.models, "You are the lead")[-1]
     assert last.messages[-1].content[0].text.startswith("The handoff limit of this turn is reached")
     assert sum(e.is_final for e in events) == 1 and events[-1].kind is TurnEventKind.COMPLETED
+
+
+async def test_cancelling_a_collaboration_stops_its_experts_at_once(service: Any) -> None:
+    stub, world = service
+    working = asyncio.Event()
+
+    class Stuck(Models):
+        def chat_stream(self, request: mpb.ChatStreamRequest) -> AsyncIterator[mpb.ChatStreamResponse]:
+            inner = super().chat_stream(request)
+
+            async def events() -> AsyncIterator[mpb.ChatStreamResponse]:
+                if request.messages[0].content[0].text.startswith("You are the tax expert"):
+                    working.set()
+                    await asyncio.sleep(60)  # an expert still thinking when the user gives up
+                async for event in inner:
+                    yield event
+
+            return events()
+
+    world.models = Stuck(experts_script)
+    world.runner._models = world.models  # type: ignore[attr-defined]
+    with bound_identity(CALLER):
+        _, session = await collaboration(stub, "parallel")
+        request = ChatRequested(
+            turn_id="t-panel-cancel", session_id=session, message="Leave?", knowledge_base_ids=["kb-1"]
+        )
+        turn = asyncio.create_task(world.runner.run(request))
+        await asyncio.wait_for(working.wait(), 5)
+        started = asyncio.get_running_loop().time()
+        assert world.runner.cancel("t-panel-cancel", CALLER) is True
+        result = await turn
+        assert asyncio.get_running_loop().time() - started < 1.0
+    assert result.final is not None and result.final.kind is TurnEventKind.CANCELLED
+    assert sum(e.is_final for e in world.events if e.turn_id == "t-panel-cancel") == 1
