@@ -12,6 +12,7 @@ clear error instead of hanging.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -630,3 +631,125 @@ async def test_cancelling_a_collaboration_stops_its_experts_at_once(service: Any
         assert asyncio.get_running_loop().time() - started < 1.0
     assert result.final is not None and result.final.kind is TurnEventKind.CANCELLED
     assert sum(e.is_final for e in world.events if e.turn_id == "t-panel-cancel") == 1
+
+
+def workflow_script(request: mpb.ChatStreamRequest) -> list[Any]:
+    system = request.messages[0].content[0].text
+    asked = request.messages[-1].content[0].text
+    if system.startswith("You are triage"):
+        return text("small talk" if "weather" in asked else "a policy question")
+    if system.startswith("You are the reviewer"):
+        return text("revise")
+    if system.startswith("You are the drafter"):
+        return text("a draft")
+    if system.startswith("You are the writer"):
+        return text("You get 25 days [[c1]].")
+    raise AssertionError(system)
+
+
+TRIAGE_FLOW = {
+    "steps": [
+        {
+            "id": "classify",
+            "kind": "agent",
+            "agent_id": "TRIAGE",
+            "inputs": {"question": {"from": "turn.question"}},
+            "outputs": {"answer": "text"},
+            "next": [{"to": "lookup", "when": {"output": "answer", "contains": "policy"}}, {"to": "reply"}],
+        },
+        {
+            "id": "lookup",
+            "kind": "tool",
+            "tool_name": "doc_retrieval",
+            "inputs": {"query": {"from": "turn.question"}},
+            "outputs": {"result": "text"},
+            "next": [{"to": "reply"}],
+        },
+        {
+            "id": "reply",
+            "kind": "agent",
+            "agent_id": "WRITER",
+            "inputs": {
+                "question": {"from": "turn.question"},
+                "notes": {"from": "lookup.result", "optional": True},
+            },
+            "outputs": {"answer": "text"},
+        },
+    ]
+}
+
+
+async def test_a_workflow_runs_its_steps_along_the_edges_that_hold_and_its_last_agent_answers(
+    service: Any,
+) -> None:
+    stub, world = service
+    world.models.agent = workflow_script
+    with bound_identity(CALLER):
+        triage = await make_agent(stub, "triage", "You are triage.")
+        writer = await make_agent(stub, "writer", "You are the writer.")
+        flow = json.loads(json.dumps(TRIAGE_FLOW).replace("TRIAGE", triage.id).replace("WRITER", writer.id))
+        _, session = await session_on(stub, "flow", pb.ORCHESTRATION_MODE_WORKFLOW, flow)
+        events = await world.ask(session, "How many leave days do I get?", "t-flow-1")
+        shown = [
+            (e.kind.value, e.to_agent_id or e.tool_name, e.reason or "", e.tool_call_id)
+            for e in events
+            if e.kind in (TurnEventKind.HANDOFF, TurnEventKind.TOOL_STARTED)
+        ]
+        assert shown == [
+            ("handoff", triage.id, "step classify", "w-classify-1"),
+            ("tool_started", "doc_retrieval", "", "w-lookup-1"),
+            ("handoff", writer.id, "step reply", "w-reply"),
+        ]
+        [looked_up] = world.runner._tools.executed  # type: ignore[attr-defined]
+        assert looked_up.name == "doc_retrieval" and dict(looked_up.arguments) == {
+            "query": "How many leave days do I get?"
+        }
+        answer = asked_by(world.models, "You are the writer")[-1]
+        prompt = prompt_of(answer)
+        assert "[step classify]\na policy question" in prompt
+        assert "[step lookup]\n[c1] Employees get 25 days of annual leave." in prompt
+        assert "notes:\n[c1] Employees get 25 days" in prompt
+        final = events[-1]
+        assert final.kind is TurnEventKind.COMPLETED and final.text == "You get 25 days [[c1]]."
+        assert [(c.handle, c.chunk_id) for c in final.citations] == [("c1", "chunk-1")]
+
+        # Another question takes the default edge: no lookup, and the optional notes are left out.
+        events = await world.ask(session, "Nice weather today?", "t-flow-2")
+        assert [e.tool_name for e in events if e.kind is TurnEventKind.TOOL_STARTED] == []
+        assert "[step classify]\nsmall talk\n\nThis step's task:\nNice weather today?\n\n" in prompt_of(
+            asked_by(world.models, "You are the writer")[-1]
+        )
+        assert events[-1].kind is TurnEventKind.COMPLETED
+
+
+async def test_a_workflow_loop_stops_at_its_bound_with_a_clear_error(service: Any) -> None:
+    stub, world = service
+    world.models.agent = workflow_script
+    with bound_identity(CALLER):
+        drafter = await make_agent(stub, "drafter", "You are the drafter.")
+        reviewer = await make_agent(stub, "reviewer", "You are the reviewer.")
+        writer = await make_agent(stub, "writer", "You are the writer.")
+        flow = {
+            "max_iterations": 2,
+            "steps": [
+                {"id": "draft", "kind": "agent", "agent_id": drafter.id, "next": [{"to": "review"}]},
+                {
+                    "id": "review",
+                    "kind": "agent",
+                    "agent_id": reviewer.id,
+                    "outputs": {"verdict": "text"},
+                    "next": [
+                        {"to": "draft", "when": {"output": "verdict", "equals": "revise"}},
+                        {"to": "publish"},
+                    ],
+                },
+                {"id": "publish", "kind": "agent", "agent_id": writer.id},
+            ],
+        }
+        _, session = await session_on(stub, "loop-flow", pb.ORCHESTRATION_MODE_WORKFLOW, flow)
+        events = await world.ask(session, "Write the memo", "t-flow-3")
+    [final] = [e for e in events if e.is_final]
+    assert final.error_code == "workflow_stopped" and "'draft' would run 3 times; the workflow allows 2" in (
+        final.error_message or ""
+    )
+    assert len(asked_by(world.models, "You are the drafter")) == 2

@@ -175,17 +175,19 @@ def test_equals_conditions_compare_typed_values() -> None:
                 to=[
                     {"to": "pass", "when": {"output": "ok", "equals": True}},
                     {"to": "high", "when": {"output": "score", "equals": 1}},
+                    {"to": "other"},
                 ],
             ),
             agent("pass"),
             agent("high"),
+            agent("other"),
         ]
     }
     workflow = parse_workflow(config)
 
-    assert next_steps(workflow, "check", {"ok": True, "score": 1.0}) == ["pass", "high"]
+    assert next_steps(workflow, "check", {"ok": True, "score": 1.0}) == ["pass", "high", "other"]
     # 1 is not True, and True is not 1, although Python says they are equal.
-    assert next_steps(workflow, "check", {"ok": 1, "score": True}) == []
+    assert next_steps(workflow, "check", {"ok": 1, "score": True}) == ["other"]
 
 
 def test_a_cycle_with_max_iterations_and_a_conditional_exit_is_accepted() -> None:
@@ -199,7 +201,7 @@ def test_a_cycle_with_max_iterations_and_a_conditional_exit_is_accepted() -> Non
                 inputs={"draft": {"from": "draft.answer"}},
                 to=[
                     {"to": "draft", "when": {"output": "verdict", "equals": "revise"}},
-                    {"to": "publish", "when": {"output": "verdict", "equals": "ok"}},
+                    {"to": "publish"},
                 ],
             ),
             agent("publish", inputs={"text": {"from": "draft.answer"}}),
@@ -210,7 +212,8 @@ def test_a_cycle_with_max_iterations_and_a_conditional_exit_is_accepted() -> Non
     workflow = parse_workflow(config)
 
     assert workflow.max_iterations == 3
-    assert next_steps(workflow, "review", {"verdict": "revise"}) == ["draft"]
+    # A turn takes the first edge that holds: back to the draft while the review asks for it.
+    assert next_steps(workflow, "review", {"verdict": "revise"}) == ["draft", "publish"]
     assert next_steps(workflow, "review", {"verdict": "ok"}) == ["publish"]
 
 
@@ -464,8 +467,8 @@ def test_a_cycle_with_no_conditional_edge_on_or_out_of_it_is_refused() -> None:
 
     assert error.field == "config.steps[1].next"
     assert error.reason.startswith("steps 'b' → 'c' → 'b' form a cycle with no conditional edge")
-    # A conditional edge out of the cycle is enough.
-    config["steps"][2]["next"][1]["when"] = {"output": "answer", "contains": "done"}
+    # A conditional edge on the cycle, with the way out as its default, is enough.
+    config["steps"][2]["next"][0]["when"] = {"output": "answer", "contains": "again"}
     assert parse_workflow(config).max_iterations == 5
 
 
@@ -628,6 +631,14 @@ def dags(draw: st.DrawFn) -> dict[str, Any]:
         for target in draw(st.lists(st.integers(m + 1, count), max_size=3, unique=True)):
             if target < count and len(steps[m].get("next", [])) < MAX_EDGES_PER_STEP:
                 add_edge(m, target)
+    for step in steps:
+        # How a turn runs them: a step's last edge is its default, and where the workflow ends an agent
+        # writes the answer.
+        if step.get("next"):
+            step["next"][-1].pop("when", None)
+        elif step["kind"] == "tool":
+            del step["tool_name"]
+            step.update(kind="agent", agent_id="a1")
     return {"steps": steps}
 
 
@@ -666,3 +677,18 @@ def test_a_dangling_edge_anywhere_is_named(config: dict[str, Any], data: st.Data
     error = refused(config)
 
     assert (error.field, error.reason) == (where, "names no step: 'missing'")
+
+
+def test_a_step_with_conditional_edges_ends_with_a_default_and_the_workflow_ends_at_an_agent() -> None:
+    config = example()
+    config["steps"][0]["next"] = [{"to": "lookup", "when": {"output": "answer", "contains": "order"}}]
+    assert (refused(config).field, refused(config).reason.startswith("the last edge must have no")) == (
+        "config.steps[0].next",
+        True,
+    )
+    config = example()
+    del config["steps"][1]["next"]
+    config["steps"][0]["next"] = [{"to": "lookup"}]
+    config["steps"][2]["inputs"] = {"question": {"from": "turn.question"}}
+    config["steps"] = config["steps"][:2]
+    assert refused(config).field == "config.steps[1].kind"

@@ -783,7 +783,7 @@ async def tools(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
             content = response.content
             known = {s["handle"] for s in sources}
             for source in response.sources:
-                as_dict = _from_source(source)
+                as_dict = state_source(source)
                 if as_dict["handle"] and as_dict["handle"] not in known:
                     sources.append(as_dict)
                     known.add(as_dict["handle"])
@@ -874,7 +874,7 @@ def _to_source(source: dict[str, Any]) -> tpb.Source:
     )
 
 
-def _from_source(source: tpb.Source) -> dict[str, Any]:
+def state_source(source: tpb.Source) -> dict[str, Any]:
     """A source as the state keeps it: the Citation fields (``handle`` is the cN label the model
     cites) plus the retrieval handle the tool runner resolves it with."""
     fields = json_format.MessageToDict(source, preserving_proto_field_name=True)

@@ -51,7 +51,7 @@ MAX_HOPS = 20
 
 
 RUNNABLE_MODES = frozenset(
-    {Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE, Mode.COLLABORATION, Mode.SUPERVISOR}
+    {Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE, Mode.COLLABORATION, Mode.SUPERVISOR, Mode.WORKFLOW}
 )
 """Modes a turn can run today; a session on another mode ends its turns with :data:`MODE_UNAVAILABLE`."""
 MODE_UNAVAILABLE = "orchestration_mode_unavailable"

@@ -90,6 +90,19 @@ EXPERTS_HEADER = (
 )
 
 
+WORKFLOW_HEADER = (
+    "Results of the earlier steps of this workflow, in the order they ran. Answer the user from them; "
+    "keep their [[cN]] citations right after the facts they support (a result's [cN] labels are those "
+    "sources); add no fact they do not give."
+)
+
+
+def workflow_briefing(produced: Sequence[tuple[str, str]], task: str) -> str:
+    """The earlier steps' results and this step's task as the answering step's prompt shows them."""
+    results = "\n\n".join(f"[step {step}]\n{text.strip()}" for step, text in produced)
+    return f"{WORKFLOW_HEADER}\n\n{results}\n\nThis step's task:\n{task}"
+
+
 def experts_briefing(answers: Sequence[tuple[str, str]]) -> str:
     """The experts' answers as the summary's prompt shows them; each is (expert name, answer)."""
     return EXPERTS_HEADER + "\n\n" + "\n\n".join(f"[{name}]\n{text.strip()}" for name, text in answers)

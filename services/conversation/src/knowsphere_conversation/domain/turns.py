@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from opentelemetry import trace
 
 from knowsphere.conversation.v1 import conversation_pb2 as cpb
 from knowsphere.conversation.v1.conversation_enums import Intent
+from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_clients.errors import ServiceError
 from knowsphere_contracts.events import (
     AnswerKind,
@@ -57,6 +59,7 @@ from knowsphere_conversation.domain.graph import (
     agent_config,
     citation,
     decide_intent,
+    state_source,
 )
 from knowsphere_conversation.domain.images import parse_image, split_images
 from knowsphere_conversation.domain.intents import rule_intent
@@ -70,11 +73,14 @@ from knowsphere_conversation.domain.orchestrators import (
     Mode,
     SingleConfig,
     SupervisorConfig,
+    WorkflowConfig,
     choose_route,
     parse_config,
 )
 from knowsphere_conversation.domain.replay import Replay
 from knowsphere_conversation.domain.sessions import SessionStore, thread_id, title_from
+from knowsphere_conversation.domain.workflow import Step, Workflow, agent_ids
+from knowsphere_conversation.domain.workflow_run import WorkflowStopped, run_steps
 from knowsphere_runtime.identity import Identity, IdentityError, require_identity
 from knowsphere_telemetry import attributes
 
@@ -145,6 +151,7 @@ INVALID_INPUT = "invalid_input"
 AGENT_NOT_FOUND = "agent_not_found"
 SESSION_BUSY = "session_busy"
 AGENT_INACTIVE = "agent_inactive"
+WORKFLOW_STOPPED = "workflow_stopped"
 
 
 def history_messages(turn_id: str, history: Sequence[HistoryMessage]) -> list[Message]:
@@ -203,6 +210,9 @@ class Plan:
     """A supervisor's workers (``agent_id`` is the supervisor)."""
     max_hops: int = 0
     summarize: bool = False
+    workflow: Workflow | None = None
+    """A workflow's steps; the agent of the step where it ends answers."""
+    step_agents: dict[str, AgentConfig] = dataclasses.field(default_factory=dict)
 
 
 TURN_FAILED = "turn_failed"
@@ -349,6 +359,11 @@ class TurnRunner:
                 knowledge_base_ids=config.knowledge_base_ids,
                 knowledge_graph=config.knowledge_graph,
             )
+        if isinstance(config, WorkflowConfig):
+            members = {}
+            for member_id in agent_ids(config.workflow):
+                members[member_id] = agent_config(await self._member(identity, member_id))
+            return Plan("", workflow=config.workflow, step_agents=members)
         if isinstance(config, SupervisorConfig):
             workers = []
             for worker_id in config.worker_agent_ids:
@@ -501,6 +516,8 @@ class TurnRunner:
         question = Message(id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=content)
 
         async def invoke() -> Any:
+            if plan.workflow is not None and not (resuming and not saved.next):
+                await self._run_workflow(request, thread, plan, runtime, text, emit)
             if plan.experts and not (resuming and not saved.next):
                 runtime.briefing, runtime.briefing_sources = await self._consult(
                     request, thread, plan, runtime, text, emit
@@ -581,6 +598,105 @@ class TurnRunner:
             completion_tokens=runtime.usage.get("completion_tokens", 0),
         )
         return final
+
+    async def _run_workflow(
+        self,
+        request: ChatRequested,
+        thread: str,
+        plan: Plan,
+        runtime: TurnRuntime,
+        question: str,
+        emit: Callable[..., Awaitable[ChatTurnEvent]],
+    ) -> None:
+        """A workflow's steps up to the one that answers; ``runtime`` then answers as that step's agent
+        from what the steps produced."""
+        assert plan.workflow is not None
+
+        async def consult(label: str, agent_id: str, asked: str) -> tuple[str, list[dict[str, Any]]]:
+            return await self._expert(
+                request, thread, label, plan.step_agents[agent_id], runtime, asked, emit
+            )
+
+        async def announce(step: Step, label: str) -> None:
+            await emit(
+                TurnEventKind.HANDOFF,
+                from_agent_id="",
+                to_agent_id=step.agent_id,
+                reason=f"step {step.id}",
+                tool_call_id=label,
+            )
+
+        async def call_tool(
+            label: str, name: str, arguments: dict[str, Any]
+        ) -> tuple[str, list[dict[str, Any]]]:
+            return await self._workflow_tool(request, runtime, label, name, arguments, emit)
+
+        try:
+            finale = await run_steps(
+                plan.workflow, question, consult=consult, call_tool=call_tool, announce=announce
+            )
+        except WorkflowStopped as error:
+            raise TurnError(WORKFLOW_STOPPED, error.message) from error
+        label = f"w-{finale.step.id}"
+        await announce(finale.step, label)
+        runtime.agent = plan.step_agents[finale.step.agent_id]
+        runtime.briefing = prompts.workflow_briefing(finale.produced, finale.question)
+        runtime.briefing_sources = tuple(finale.sources)
+
+    async def _workflow_tool(
+        self,
+        request: ChatRequested,
+        runtime: TurnRuntime,
+        label: str,
+        name: str,
+        arguments: dict[str, Any],
+        emit: Callable[..., Awaitable[ChatTurnEvent]],
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """A workflow's tool step through the tool runner (its retries and limits), shown as a tool call."""
+        await emit(TurnEventKind.TOOL_STARTED, tool_call_id=label, tool_name=name)
+        started = time.monotonic()
+        call = tpb.ExecuteToolRequest(
+            name=name,
+            tool_call_id=label,
+            context=tpb.ToolContext(
+                session_id=runtime.session_id,
+                turn_id=request.turn_id,
+                switches=tpb.TurnSwitches(
+                    knowledge_base_ids=list(runtime.knowledge_base_ids),
+                    web_search=runtime.web_search,
+                    knowledge_graph=runtime.knowledge_graph,
+                ),
+                language=runtime.language,
+            ),
+        )
+        call.arguments.update(arguments)
+
+        async def finished(ok: bool, attempts: int) -> None:
+            await emit(
+                TurnEventKind.TOOL_FINISHED,
+                tool_call_id=label,
+                tool_name=name,
+                tool_ok=ok,
+                attempts=attempts,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+
+        try:
+            response = await self._tools.execute_tool(call)
+        except ServiceError as error:
+            await finished(False, 0)
+            raise TurnError(
+                "tool_unavailable", f"the tool {name} could not run: {error.user_message}"
+            ) from error
+        if response.HasField("error"):
+            await finished(False, response.attempts)
+            raise TurnError(
+                "tool_failed",
+                f"the workflow's tool {name} failed after {response.attempts} attempt(s): "
+                f"{response.error.message}",
+            )
+        await finished(True, response.attempts)
+        return response.content, [state_source(s) for s in response.sources]
 
     async def _consult(
         self,

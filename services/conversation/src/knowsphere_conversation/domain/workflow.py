@@ -499,7 +499,26 @@ def parse_workflow(config: Mapping[str, Any]) -> Workflow:
         raise WorkflowError("config.start", f"names no step: {start!r}")
     workflow = Workflow(tuple(steps), start, max_iterations)
     _check_graph(workflow, explicit_iterations)
+    _check_runs(workflow)
     return workflow
+
+
+def _check_runs(workflow: Workflow) -> None:
+    """How a turn runs a workflow: from each step it takes the first edge whose condition holds, and
+    the step where it ends writes the answer. So a step whose edges have conditions ends them with one
+    without (when none holds, the workflow must still go somewhere), and a step without edges is an
+    agent step."""
+    for n, step in enumerate(workflow.steps):
+        if not step.next and step.kind is not StepKind.AGENT:
+            raise WorkflowError(
+                f"config.steps[{n}].kind",
+                "the workflow ends at this step, so it must be an agent step (an agent writes the answer)",
+            )
+        if step.next and step.next[-1].when is not None:
+            raise WorkflowError(
+                f"config.steps[{n}].next",
+                "the last edge must have no `when`: it is taken when no condition before it holds",
+            )
 
 
 def _in_run_order(workflow: Workflow) -> list[Step]:
@@ -519,8 +538,8 @@ def tool_names(workflow: Workflow) -> list[str]:
 
 def next_steps(workflow: Workflow, step_id: str, outputs: Mapping[str, Any]) -> list[str]:
     """After ``step_id`` produced ``outputs``: the targets of its edges whose condition holds, in the
-    edges' order, once each. Empty: the workflow ends here. Whether to run all of them or the first is
-    the executor's choice."""
+    edges' order, once each. Empty: the workflow ends here. A turn takes the first
+    (:mod:`~knowsphere_conversation.domain.workflow_run`)."""
     step = workflow.step(step_id)
     chosen = (edge.to for edge in step.next if edge.when is None or edge.when.holds(outputs))
     return list(dict.fromkeys(chosen))
