@@ -1,7 +1,8 @@
 """The ``ks`` command-line client, run as the installed console script against the running stack.
 
 Local single-user mode (no token, as after `make up`) for knowledge bases; a tenant of its own, reached
-with an API token, for ingestion, questions answered by the scripted chat model, models and tokens.
+with an API token, for ingestion, questions answered by the scripted chat model, models and tokens; and
+another for agents and an orchestrator that routes questions between them.
 """
 
 from __future__ import annotations
@@ -83,9 +84,8 @@ def ks(stack: Any, tmp_path: Path) -> Ks:
     return Ks(stack.gateway_url, tmp_path / "knowsphere" / "config.toml")
 
 
-@pytest.fixture(scope="module")
-def admin_token(stack: Any) -> str:
-    """An admin token of a tenant of its own, made through the authenticating proxy's headers."""
+def tenant_admin_token(stack: Any) -> str:
+    """An admin token of a new tenant of its own, made through the authenticating proxy's headers."""
     headers = {
         "x-ks-proxy-secret": stack.config.extra_env["KS_GATEWAY_PROXY_SECRET"],
         "x-ks-tenant-id": f"cli{uuid.uuid4().hex[:8]}",
@@ -98,6 +98,11 @@ def admin_token(stack: Any) -> str:
     assert created.status_code == 201, created.text
     token: str = created.json()["token"]
     return token
+
+
+@pytest.fixture(scope="module")
+def admin_token(stack: Any) -> str:
+    return tenant_admin_token(stack)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -257,4 +262,122 @@ def test_the_config_file_keeps_url_and_token_readable_by_its_owner_only(
     assert "cannot reach the gateway at http://127.0.0.1:9" in unreachable
     assert refused(ks("login", "--token", "ks_" + "y" * 43, url_from_env=False)).endswith(
         "the token is not known"
+    )
+
+
+def test_agents_and_an_orchestrator_are_managed_and_answer_with_handoffs_shown(
+    ks: Ks, stack: Any, model_server: ScriptedProvider, tmp_path: Path
+) -> None:
+    def model(request: Recorded) -> Reply:
+        decision = openai_decision("E", request.json)  # kb_search
+        if decision is not None:
+            return decision
+        if "billing desk" in json.dumps(request.json["messages"][0]["content"]):
+            return openai_text_stream(["Billing here:", " your invoice is on its way."])
+        return openai_text_stream(["The front desk answers."])
+
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", model)
+    token = tenant_admin_token(stack)  # agent names are unique per tenant: a tenant of this test's own
+    ok(
+        ks(
+            "models", "add", "--provider", "custom", "--model", "scripted-chat", "--type", "knowledge_qa",
+            "--base-url", f"{model_server.url}/v1", "--api-key", "sk-cli-scripted-0002", "--default",
+            token=token,
+        )
+    )  # fmt: skip
+    assert "no agents yet" in ok(ks("agent", "list", token=token))
+
+    created = ok(ks("agent", "create", "billing", "--prompt", "You are the billing desk.", token=token))
+    assert created.startswith("created agent billing: "), created
+    billing = created.strip().rsplit(" ", 1)[-1]
+    prompt_file = tmp_path / "front.txt"
+    prompt_file.write_text("You are the front desk [of the office].\n")
+    front = ok(
+        ks(
+            "agent",
+            "create",
+            "front",
+            "--prompt-file",
+            str(prompt_file),
+            "--description",
+            "general",
+            token=token,
+        )
+    )
+    front = front.strip().rsplit(" ", 1)[-1]
+    listed = ok(ks("agent", "list", token=token))
+    assert billing in listed and front in listed and "general" in listed, listed
+    shown = ok(ks("agent", "show", "front", token=token))  # by name
+    assert front in shown and "You are the front desk [of the office]." in shown, shown
+    assert [a["system_prompt"] for a in json.loads(ok(ks("agent", "list", "--json", token=token)))] == [
+        "You are the billing desk.",
+        "You are the front desk [of the office].\n",
+    ]
+    assert (
+        "give --prompt or --prompt-file, not both"
+        in ks("agent", "create", "x1", "--prompt", "p", "--prompt-file", str(prompt_file), token=token).stderr
+    )
+
+    # A config the service refuses: the line names the field; nothing is created.
+    bad_config = '{"agent_id": "no-such-agent"}'
+    broken = refused(
+        ks("orchestrator", "create", "broken", "--mode", "single", "--config", bad_config, token=token)
+    )
+    assert broken.startswith("error: 400 ") and "config.agent_id" in broken, broken
+    not_json = ks(
+        "orchestrator", "create", "broken", "--mode", "single", "--config", "{agent_id", token=token
+    )
+    assert not_json.returncode == 2 and "not valid JSON" in not_json.stderr, not_json.stderr
+    assert "no orchestrators yet" in ok(ks("orchestrator", "list", token=token))
+
+    config = tmp_path / "router.json"
+    config.write_text(
+        json.dumps(
+            {
+                "routes": [{"condition": {"keywords": ["invoice"]}, "agent_id": billing}],
+                "default_agent_id": front,
+            }
+        )
+    )
+    made = ok(
+        ks(
+            "orchestrator",
+            "create",
+            "router",
+            "--mode",
+            "conditional",
+            "--config-file",
+            str(config),
+            token=token,
+        )
+    )
+    router = made.strip().rsplit(" ", 1)[-1]
+    assert made.startswith(f"created orchestrator router (conditional, agents: {billing}, {front}): "), made
+    assert "router" in ok(ks("orchestrator", "list", "--mode", "conditional", token=token))
+    assert "no orchestrators yet" in ok(ks("orchestrator", "list", "--mode", "single", token=token))
+    assert '"default_agent_id"' in ok(ks("orchestrator", "show", router, token=token))
+
+    # Asked through the orchestrator: the billing agent answers, and -v says the turn was handed to it.
+    asked = ks("ask", "--orchestrator", "router", "Where is my invoice for March?", "-v", token=token)
+    assert ok(asked) == "Billing here: your invoice is on its way.\n", (asked.stdout, asked.stderr)
+    assert f"handoff to {billing}" in asked.stderr, asked.stderr
+    chatted = ks("chat", "--orchestrator", router, token=token, typed="Who handles parking?\n/exit\n")
+    assert "The front desk answers." in ok(chatted), chatted.stdout
+    assert "answered by orchestrator router" in chatted.stderr, chatted.stderr
+    assert ok(ks("ask", "--agent", "billing", "Anything?", token=token)) == (
+        "Billing here: your invoice is on its way.\n"
+    )
+
+    # An agent an orchestrator runs cannot be deleted; the orchestrator first, then it can.
+    in_use = refused(ks("agent", "delete", "billing", token=token))
+    assert in_use.startswith("error: 409 ") and "router" in in_use, in_use
+    assert (
+        ok(ks("orchestrator", "delete", "router", token=token)) == f"deleted orchestrator router ({router})\n"
+    )
+    assert ok(ks("agent", "delete", billing, token=token)) == f"deleted agent billing ({billing})\n"
+    listed = ok(ks("agent", "list", token=token))
+    assert billing not in listed and front in listed, listed
+    assert refused(ks("orchestrator", "show", "router", token=token)) == (
+        "error: 404 not_found: no orchestrator with the id or name 'router' (see `ks orchestrator list`)"
     )

@@ -10,14 +10,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from knowsphere_cli.commands import chat, config, ingest, knowledge, models, tokens
+from knowsphere_cli.commands import agents, chat, config, ingest, knowledge, models, orchestrators, tokens
 from knowsphere_cli.context import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, EXIT_USAGE, Cli
 from knowsphere_cli.gateway import ApiError, Unreachable
 from knowsphere_cli.settings import DEFAULT_URL, ConfigError, Settings
 
 app = typer.Typer(
     name="ks",
-    help="KnowSphere from the command line: knowledge bases, ingestion, questions with cited sources.",
+    help="KnowSphere from the command line: knowledge bases, ingestion, questions with cited sources, "
+    "agents and orchestrators.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -45,6 +46,8 @@ app.add_typer(knowledge.app, name="kb")
 app.command("ingest")(ingest.ingest)
 app.command("ask")(chat.ask)
 app.command("chat")(chat.chat)
+app.add_typer(agents.app, name="agent")
+app.add_typer(orchestrators.app, name="orchestrator")
 app.add_typer(models.app, name="models")
 app.add_typer(tokens.app, name="token")
 app.command("login")(config.login)

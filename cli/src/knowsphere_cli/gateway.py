@@ -1,5 +1,6 @@
 """The gateway's HTTP API as ``ks`` uses it: JSON requests, server-sent event streams, and every
-refusal turned into one :class:`ApiError` carrying the gateway's own message.
+refusal turned into one :class:`ApiError` carrying the gateway's own message; and the caller's knowledge
+bases, agents and orchestrators found by id or name.
 
 The gateway answers a refusal with ``{"error": {"code", "message", "field"?}}``; a body that FastAPI
 rejected before a route ran has ``{"detail": [...]}`` (each with ``loc`` and ``msg``); anything else
@@ -154,21 +155,47 @@ class Gateway:
                 return
 
 
-def knowledge_base(gateway: Gateway, ref: str) -> dict[str, Any]:
-    """The caller's knowledge base whose id or name is ``ref``; none or several → :class:`ApiError` 404."""
-    found = [
-        kb for kb in gateway.paged("/knowledge-bases", "knowledge_bases") if ref in (kb["id"], kb["name"])
-    ]
-    by_id = [kb for kb in found if kb["id"] == ref]
+def by_id_or_name(
+    gateway: Gateway, path: str, key: str, ref: str, noun: str, list_command: str
+) -> dict[str, Any]:
+    """The caller's item of the list at ``path`` (items under ``key``) whose id or name is ``ref``; an id
+    wins over a name; none or several → :class:`ApiError` 404 or 409 naming ``list_command``."""
+    found = [item for item in gateway.paged(path, key) if ref in (item["id"], item["name"])]
+    by_id = [item for item in found if item["id"] == ref]
     if by_id:
         return by_id[0]
     if len(found) > 1:
-        raise ApiError(
-            409, "ambiguous", f"{len(found)} knowledge bases are named {ref!r}; give the id instead"
-        )
+        raise ApiError(409, "ambiguous", f"{len(found)} {noun}s are named {ref!r}; give the id instead")
     if not found:
-        raise ApiError(404, "not_found", f"no knowledge base with the id or name {ref!r} (see `ks kb list`)")
+        raise ApiError(404, "not_found", f"no {noun} with the id or name {ref!r} (see `{list_command}`)")
     return found[0]
 
 
-__all__ = ["ApiError", "Event", "Gateway", "Unreachable", "error_of", "knowledge_base"]
+def knowledge_base(gateway: Gateway, ref: str) -> dict[str, Any]:
+    """The caller's knowledge base whose id or name is ``ref``."""
+    return by_id_or_name(gateway, "/knowledge-bases", "knowledge_bases", ref, "knowledge base", "ks kb list")
+
+
+def agent(gateway: Gateway, ref: str) -> dict[str, Any]:
+    """The tenant's agent whose id or name is ``ref`` (names are unique in a tenant)."""
+    return by_id_or_name(gateway, "/agents", "agents", ref, "agent", "ks agent list")
+
+
+def orchestrator(gateway: Gateway, ref: str) -> dict[str, Any]:
+    """The tenant's orchestrator whose id or name is ``ref`` (names are unique in a tenant)."""
+    return by_id_or_name(
+        gateway, "/orchestrators", "orchestrators", ref, "orchestrator", "ks orchestrator list"
+    )
+
+
+__all__ = [
+    "ApiError",
+    "Event",
+    "Gateway",
+    "Unreachable",
+    "agent",
+    "by_id_or_name",
+    "error_of",
+    "knowledge_base",
+    "orchestrator",
+]

@@ -5,6 +5,10 @@ A turn is ``POST /api/v1/chat/turns`` (server-sent events): ``text_delta`` piece
 come; ``completed`` carries the whole answer (printed if no piece came, as for an extracted answer)
 and the sources it cites; ``error`` ends the turn with the gateway's message. Ctrl-C during an answer
 cancels the turn (``…/cancel``).
+
+``--orchestrator`` or ``--agent`` creates the session its turns run in, bound to that orchestrator or
+agent; a ``handoff`` event (the orchestrator gives the turn to one of its agents) is shown with the
+tool activity (``--verbose``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import typer
 from rich.markup import escape
 
 from knowsphere_cli.context import EXIT_FAILED, EXIT_INTERRUPTED, Cli, cli_of
-from knowsphere_cli.gateway import ApiError, Gateway, knowledge_base
+from knowsphere_cli.gateway import ApiError, Gateway, agent, knowledge_base, orchestrator
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 
@@ -60,6 +64,9 @@ def run_turn(cli: Cli, gateway: Gateway, body: dict[str, Any], verbose: bool) ->
                     cli.err.print(
                         f"[dim]{event.name.replace('_', ' ')}: {escape(data.get('tool_name') or '')}[/]"
                     )
+                elif event.name == "handoff" and verbose:
+                    reason = f": {data['reason']}" if data.get("reason") else ""
+                    cli.err.print(f"[dim]handoff to {escape((data.get('to_agent_id') or '') + reason)}[/]")
                 elif event.name == "completed":
                     if not written:
                         cli.out.file.write(data.get("text") or "")
@@ -102,7 +109,47 @@ KbOption = Annotated[
 ]
 WebOption = Annotated[bool, typer.Option("--web", help="let the answer use web search")]
 GraphOption = Annotated[bool, typer.Option("--graph", help="let the answer query the knowledge graph")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="show tool activity on stderr")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="show tool activity and handoffs between agents on stderr")
+]
+OrchestratorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--orchestrator",
+        help="answer with this orchestrator (id or name), in a new session bound to it",
+        show_default=False,
+    ),
+]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="answer with this agent (id or name), in a new session bound to it",
+        show_default=False,
+    ),
+]
+
+
+def binding(
+    gateway: Gateway, orchestrator_ref: str | None, agent_ref: str | None, session: str | None
+) -> tuple[dict[str, str], str]:
+    """The body of a new session bound to the orchestrator or the agent named, and how to say so; no
+    body for neither. Both, or either with a session (whose binding is already made), is a usage error."""
+    if orchestrator_ref and agent_ref:
+        raise typer.BadParameter("give --orchestrator or --agent, not both", param_hint="--agent")
+    if session and (orchestrator_ref or agent_ref):
+        raise typer.BadParameter(
+            "a session keeps the orchestrator or agent it was created with; leave out --session to start a "
+            "new one",
+            param_hint="--session",
+        )
+    if orchestrator_ref:
+        found = orchestrator(gateway, orchestrator_ref)
+        return {"orchestrator_id": found["id"]}, f"orchestrator {found['name']}"
+    if agent_ref:
+        found = agent(gateway, agent_ref)
+        return {"agent_id": found["id"]}, f"agent {found['name']}"
+    return {}, ""
 
 
 def turn_body(
@@ -121,18 +168,39 @@ def turn_body(
 
 def ask(
     ctx: typer.Context,
-    kb: Annotated[str, typer.Argument(help="knowledge base id or name")],
-    question: Annotated[str, typer.Argument(help="the question")],
+    words: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[KB] QUESTION",
+            help="a knowledge base id or name, then the question; the knowledge base may be left out with "
+            "--kb, --orchestrator or --agent",
+            show_default=False,
+        ),
+    ],
     more_kbs: KbOption = None,
     session: Annotated[str | None, typer.Option(help="a session id, to ask within its history")] = None,
+    orchestrator_ref: OrchestratorOption = None,
+    agent_ref: AgentOption = None,
     web: WebOption = False,
     graph: GraphOption = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Ask a question of a knowledge base: the answer streams, then its sources."""
+    """Ask a question (of a knowledge base, an orchestrator or an agent): the answer streams, then sources."""
     cli = cli_of(ctx)
+    if len(words) > 2:
+        raise typer.BadParameter(f"{len(words)} arguments; give KB QUESTION, the question in quotes")
+    if len(words) == 1 and not (more_kbs or orchestrator_ref or agent_ref):
+        raise typer.BadParameter(
+            "give KB QUESTION (or the question alone with --kb, --orchestrator or --agent)"
+        )
+    *kb, question = words
     with cli.gateway() as gateway:
-        kb_ids = [knowledge_base(gateway, ref)["id"] for ref in [kb, *(more_kbs or [])]]
+        bound, bound_to = binding(gateway, orchestrator_ref, agent_ref, session)
+        kb_ids = [knowledge_base(gateway, ref)["id"] for ref in [*kb, *(more_kbs or [])]]
+        if bound:
+            session = gateway.post("/sessions", json=bound)["id"]
+            if verbose:
+                cli.err.print(f"[dim]session {session}; answered by {escape(bound_to)}[/]")
         try:
             completed = run_turn(cli, gateway, turn_body(question, kb_ids, web, graph, session), verbose)
         except KeyboardInterrupt:
@@ -145,6 +213,8 @@ def chat(
     ctx: typer.Context,
     kbs: KbOption = None,
     session: Annotated[str | None, typer.Option(help="go on with this session; default: a new one")] = None,
+    orchestrator_ref: OrchestratorOption = None,
+    agent_ref: AgentOption = None,
     web: WebOption = False,
     graph: GraphOption = False,
     verbose: VerboseOption = False,
@@ -152,9 +222,11 @@ def chat(
     """An interactive conversation, its history kept in a session; Ctrl-C stops an answer, /exit ends."""
     cli = cli_of(ctx)
     with cli.gateway() as gateway:
+        bound, bound_to = binding(gateway, orchestrator_ref, agent_ref, session)
         kb_ids = [knowledge_base(gateway, ref)["id"] for ref in kbs or []]
-        session_id = session or gateway.post("/sessions", json={})["id"]
-        cli.err.print(f"[dim]session {session_id}; /exit or Ctrl-D to leave[/]")
+        session_id = session or gateway.post("/sessions", json=bound)["id"]
+        answered_by = f"answered by {escape(bound_to)}; " if bound_to else ""
+        cli.err.print(f"[dim]session {session_id}; {answered_by}/exit or Ctrl-D to leave[/]")
         while True:
             try:
                 question = cli.out.input("[bold]you>[/] ").strip()
