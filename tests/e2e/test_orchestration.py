@@ -201,3 +201,90 @@ def test_a_supervisor_and_a_collaboration_answer_through_their_agents_with_citat
         assert any(
             "the editor" in b and "[expenses]" in b and "Taxis are paid after 22:00." in b for b in bodies
         )
+
+
+def flow(request: Recorded) -> Reply:
+    body = request.json
+    decision = openai_decision("E", body)
+    if decision is not None:
+        return decision
+    system = json.dumps(body["messages"][0]["content"])
+    if "You are triage" in system:
+        return openai_text_stream(["a policy question"])
+    if "You are the writer" in system:
+        return openai_text_stream(["Employees get 27 days [[c1]]."])
+    raise AssertionError(system)
+
+
+def test_a_workflow_runs_a_retrieval_step_and_its_last_agent_answers_cited(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", flow)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        ids = {}
+        for name, prompt in (("triage", "You are triage."), ("writer", "You are the writer.")):
+            ids[name] = http.post("/agents", json={"name": name, "system_prompt": prompt}).json()["id"]
+        steps = [
+            {
+                "id": "classify",
+                "kind": "agent",
+                "agent_id": ids["triage"],
+                "outputs": {"answer": "text"},
+                "next": [
+                    {"to": "lookup", "when": {"output": "answer", "contains": "policy"}},
+                    {"to": "reply"},
+                ],
+            },
+            {
+                "id": "lookup",
+                "kind": "tool",
+                "tool_name": "doc_retrieval",
+                "inputs": {"query": {"from": "turn.question"}},
+                "outputs": {"result": "text"},
+                "next": [{"to": "reply"}],
+            },
+            {
+                "id": "reply",
+                "kind": "agent",
+                "agent_id": ids["writer"],
+                "inputs": {
+                    "question": {"from": "turn.question"},
+                    "notes": {"from": "lookup.result", "optional": True},
+                },
+            },
+        ]
+        made = http.post(
+            "/orchestrators", json={"name": "flow", "mode": "workflow", "config": {"steps": steps}}
+        )
+        assert made.status_code == 201, made.text
+        broken = http.post(
+            "/orchestrators",
+            json={
+                "name": "broken",
+                "mode": "workflow",
+                "config": {"steps": [{**steps[0], "next": [{"to": "x"}]}]},
+            },
+        )
+        assert broken.status_code == 400 and broken.json()["error"]["field"] == "config.steps[0].next[0]"
+        session = http.post("/sessions", json={"orchestrator_id": made.json()["id"]}).json()["id"]
+        turn = ask(http, "How many days of annual leave?", session_id=session, knowledge_base_ids=[kb_id])
+    steps_shown = [(name, d.get("tool_call_id")) for name, d in turn if name in ("handoff", "tool_finished")]
+    assert steps_shown == [
+        ("handoff", "w-classify-1"),
+        ("tool_finished", "w-lookup-1"),
+        ("handoff", "w-reply"),
+    ]
+    [finished] = [d for name, d in turn if name == "tool_finished"]
+    assert finished["tool_ok"] is True
+    final = turn[-1][1]
+    assert turn[-1][0] == "completed" and final["text"] == "Employees get 27 days [[c1]].", turn
+    assert [c["document_id"] for c in final["citations"]] == [document_id]
+    writer = [
+        r.json
+        for r in model_server.requests_to("/v1/chat/completions")
+        if "You are the writer" in json.dumps(r.json)
+    ]
+    assert "27 days of paid annual leave" in json.dumps(writer[-1]["messages"])
