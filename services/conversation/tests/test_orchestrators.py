@@ -753,3 +753,35 @@ async def test_a_workflow_loop_stops_at_its_bound_with_a_clear_error(service: An
         final.error_message or ""
     )
     assert len(asked_by(world.models, "You are the drafter")) == 2
+
+
+async def test_a_turn_without_a_session_runs_the_orchestrator_it_names_and_only_its_tenants(
+    service: Any,
+) -> None:
+    stub, world = service
+    with bound_identity(CALLER):
+        billing = await make_agent(stub, "billing", "You are the billing desk.")
+        front = await make_agent(stub, "front", "You are the front desk.")
+        request = pb.CreateOrchestratorRequest(
+            name="api-router",
+            mode=pb.ORCHESTRATION_MODE_CONDITIONAL,
+            config=config(
+                {
+                    "routes": [{"condition": {"keywords": ["invoice"]}, "agent_id": billing.id}],
+                    "default_agent_id": front.id,
+                }
+            ),
+            active=True,
+        )
+        router = (await stub.CreateOrchestrator(request)).orchestrator
+        asked = ChatRequested(turn_id="t-api-1", message="my invoice?", orchestrator_id=router.id)
+        result = await world.runner.run(asked)
+        assert result.final is not None and result.final.text == "Billing here."
+    with bound_identity(STRANGER):
+        result = await world.runner.run(
+            ChatRequested(turn_id="t-api-2", message="my invoice?", orchestrator_id=router.id)
+        )
+    assert result.final is not None and result.final.error_code == "orchestrator_not_found"
+    assert router.id in (result.final.error_message or "")
+    with pytest.raises(ValueError, match="orchestrator_id"):
+        ChatRequested(turn_id="t-api-3", message="hi", orchestrator_id=router.id, agent_id=billing.id)

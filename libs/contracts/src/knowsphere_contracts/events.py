@@ -117,9 +117,10 @@ class HistoryMessage(BaseModel):
 class ChatRequested(Event):
     """A user asked a question; one conversation replica takes the turn from the work queue.
 
-    Without a session, ``agent_id`` names the agent that answers (empty: the default agent) and
-    ``history`` the conversation so far, oldest first, which the turn reads as a session's earlier
-    turns (the same number of most recent turns is used). With a session, the session holds both.
+    Without a session, ``agent_id`` names the agent that answers (empty: the default agent), or
+    ``orchestrator_id`` the orchestrator that runs the turn (an application's), and ``history`` the
+    conversation so far, oldest first, which the turn reads as a session's earlier turns (the same
+    number of most recent turns is used). With a session, the session holds them.
     """
 
     subject: ClassVar[str] = "ks.chat.request.v1"
@@ -140,6 +141,9 @@ class ChatRequested(Event):
     agent_id: str = Field(
         default="", max_length=128, description="the agent answering a turn without a session; empty: default"
     )
+    orchestrator_id: str = Field(
+        default="", max_length=128, description="the orchestrator running a turn without a session"
+    )
     history: list[HistoryMessage] = Field(
         default_factory=list,
         max_length=MAX_HISTORY_MESSAGES,
@@ -148,9 +152,11 @@ class ChatRequested(Event):
 
     @model_validator(mode="after")
     def _session_or_client_history(self) -> ChatRequested:
-        if self.session_id and (self.history or self.agent_id):
-            given = "history" if self.history else "agent_id"
+        if self.session_id and (self.history or self.agent_id or self.orchestrator_id):
+            given = "history" if self.history else "agent_id" if self.agent_id else "orchestrator_id"
             raise ValueError(f"{given}: only for a turn without a session (a session has its own)")
+        if self.agent_id and self.orchestrator_id:
+            raise ValueError("orchestrator_id: give an agent_id or an orchestrator_id, not both")
         total = sum(len(m.content) for m in self.history)
         if total > MAX_HISTORY_CHARS:
             raise ValueError(f"history: {total} characters; at most {MAX_HISTORY_CHARS} in all")

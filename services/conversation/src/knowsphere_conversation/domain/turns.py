@@ -291,6 +291,13 @@ class TurnRunner:
             else:
                 agent_id = session.agent_id
                 missing_agent = f"the session's agent {session.agent_id} no longer exists"
+        elif request.orchestrator_id and self._agents is not None:
+            try:
+                plan = await self._plan(identity, request.orchestrator_id, request, previous)
+            except TurnProblem as refused:
+                problem = (refused.code, refused.message)
+            agent_id = plan.agent_id
+            missing_agent = f"the orchestrator's agent {agent_id} no longer exists"
         if problem is None and agent_id and self._agents is not None:
             record = await self._agents.get_agent(identity.tenant_id, agent_id)
             if record is None:
@@ -335,9 +342,7 @@ class TurnRunner:
         assert self._agents is not None
         record = await self._agents.get_orchestrator(identity.tenant_id, orchestrator_id)
         if record is None:
-            raise TurnProblem(
-                ORCHESTRATOR_NOT_FOUND, f"the session's orchestrator {orchestrator_id} no longer exists"
-            )
+            raise TurnProblem(ORCHESTRATOR_NOT_FOUND, f"orchestrator {orchestrator_id} not found")
         name = record.display_name or record.name
         if not record.active:
             raise TurnProblem(ORCHESTRATOR_INACTIVE, f"the orchestrator {name} is switched off")
