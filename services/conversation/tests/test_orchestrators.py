@@ -201,6 +201,21 @@ async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(servic
             config=config({"integration_type": "dify", "api_url": "https://x", "api_key": "k"}),
         )
         assert "not built" in await refused(stub.CreateOrchestrator(external), grpc.StatusCode.UNIMPLEMENTED)
+        flow = pb.CreateOrchestratorRequest(
+            name="flow",
+            mode=pb.ORCHESTRATION_MODE_WORKFLOW,
+            config=config(
+                {
+                    "steps": [
+                        {"id": "a", "kind": "agent", "agent_id": billing.id, "next": [{"to": "b"}]},
+                        {"id": "b", "kind": "agent", "agent_id": "ghost"},
+                    ]
+                }
+            ),
+        )
+        assert "config.steps[1].agent_id" in await refused(
+            stub.CreateOrchestrator(flow), grpc.StatusCode.INVALID_ARGUMENT
+        )
 
         # An agent an orchestrator runs cannot be deleted; once the orchestrator moves on, it can.
         message = await refused(

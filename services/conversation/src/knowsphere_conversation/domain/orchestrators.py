@@ -353,10 +353,8 @@ def agent_references(parsed: ModeConfig) -> list[tuple[str, str]]:
     elif isinstance(parsed, KnowledgeBaseConfig):
         add(parsed.agent_id, "config.agent_id")
     elif isinstance(parsed, WorkflowConfig):
-        from knowsphere_conversation.domain.workflow import agent_ids
-
-        for agent_id in agent_ids(parsed.workflow):
-            add(agent_id, "config.steps")
+        for n, step in enumerate(parsed.workflow.steps):
+            add(step.agent_id, f"config.steps[{n}].agent_id")
     return found
 
 
