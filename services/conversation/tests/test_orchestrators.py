@@ -181,12 +181,6 @@ async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(servic
             (pb.CreateOrchestratorRequest(name="x3", config=config({"agent_id": billing.id})), "mode"),
             (
                 pb.CreateOrchestratorRequest(
-                    name="front-desk", mode=1, config=config({"agent_id": billing.id})
-                ),
-                "name",
-            ),
-            (
-                pb.CreateOrchestratorRequest(
                     name="x4",
                     mode=pb.ORCHESTRATION_MODE_SUPERVISOR,
                     config=config({"supervisor_agent_id": "s"}),
@@ -195,6 +189,10 @@ async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(servic
             ),
         ):
             assert field in await refused(stub.CreateOrchestrator(request), grpc.StatusCode.INVALID_ARGUMENT)
+        again = pb.CreateOrchestratorRequest(
+            name="front-desk", mode=1, config=config({"agent_id": billing.id})
+        )
+        assert "name" in await refused(stub.CreateOrchestrator(again), grpc.StatusCode.ALREADY_EXISTS)
         external = pb.CreateOrchestratorRequest(
             name="dify",
             mode=pb.ORCHESTRATION_MODE_EXTERNAL,

@@ -237,7 +237,7 @@ async def test_an_agent_is_data_its_sessions_turns_run_with(agents: Any) -> None
         assert [a.name for a in listed.agents] == ["hr-helper"]
         with pytest.raises(grpc.aio.AioRpcError) as duplicate:
             await stub.CreateAgent(pb.CreateAgentRequest(name="hr-helper"))
-        assert duplicate.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert duplicate.value.code() == grpc.StatusCode.ALREADY_EXISTS
         for bad, field in (
             (pb.CreateAgentRequest(name="HR Helper"), "name"),
             (pb.CreateAgentRequest(name="ok-name", system_prompt="x" * 20_001), "system_prompt"),

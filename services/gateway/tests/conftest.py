@@ -24,6 +24,7 @@ from knowsphere_clients import (
     ToolRunnerClient,
 )
 from knowsphere_contracts.events import ChatTurnEvent
+from knowsphere_gateway.adapters.applications_sql import SqlApplicationStore
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore
 from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
@@ -69,10 +70,19 @@ async def tokens(tmp_path: Path) -> AsyncIterator[TokenService]:
 
 
 @pytest.fixture
-async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
+async def applications(tmp_path: Path) -> AsyncIterator[SqlApplicationStore]:
+    """The application store, on the tokens' SQLite database as in production."""
+    store = SqlApplicationStore(f"sqlite+aiosqlite:///{tmp_path}/tokens.db")
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def gateway(serve: Serve, tokens: TokenService, applications: SqlApplicationStore) -> GatewayApp:
     """``await gateway(ingestion=…, retrieval=…, modelhub=…, **context)``: the gateway's app over fake
     peers (servicer objects); ``context`` overrides fields of its ``GatewayContext``. By default in local
-    mode as ``DEFAULT_IDENTITY``, with the ``tokens`` fixture's token service."""
+    mode as ``DEFAULT_IDENTITY``, with the ``tokens`` and ``applications`` fixtures' stores."""
 
     async def build(
         ingestion: object | None = None,
@@ -90,6 +100,7 @@ async def gateway(serve: Serve, tokens: TokenService) -> GatewayApp:
             "bus_connected": _connected,
             "chat_turn_timeout": 5.0,
             "tokens": tokens,
+            "applications": applications,
             "local_identity": DEFAULT_IDENTITY,
             "ingestion": IngestionClient(await serve("ingestion", ingestion or Nothing())),
             "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),

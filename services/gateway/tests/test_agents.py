@@ -132,7 +132,7 @@ async def test_a_taken_or_malformed_agent_is_refused_naming_the_field_and_nothin
     other = await create_agent(http, admin, "finance-helper")
 
     duplicate = await http.post("/api/v1/agents", headers=admin, json={"name": "hr-helper"})
-    assert duplicate.status_code == 400
+    assert duplicate.status_code == 409
     assert (
         duplicate.json()["error"]["field"] == "name"
         and "already exists" in duplicate.json()["error"]["message"]
@@ -140,7 +140,7 @@ async def test_a_taken_or_malformed_agent_is_refused_naming_the_field_and_nothin
     renamed_onto = await http.patch(
         f"/api/v1/agents/{other['id']}", headers=admin, json={"name": "hr-helper"}
     )
-    assert renamed_onto.status_code == 400 and renamed_onto.json()["error"]["field"] == "name"
+    assert renamed_onto.status_code == 409 and renamed_onto.json()["error"]["field"] == "name"
 
     for body, field in (
         ({"name": "HR Helper"}, "name"),

@@ -3,8 +3,10 @@ token, and with the owner's.
 
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
-base, document, progress stream, search, session, turn, model, memory item, agent, orchestrator or token
-of the owner's, and its own (empty) views elsewhere; the owner gets the same routes answered.
+base, document, progress stream, search, session, turn, model, memory item, agent, orchestrator,
+application or token of the owner's, and its own (empty) views elsewhere; the owner's orchestrator in a
+new application's body is a 400 naming ``orchestrator_id``, as one that never was; the owner gets the
+same routes answered.
 
 The peers are tenant-scoped fakes on real gRPC servers (any request naming a resource id answers
 NOT_FOUND unless it comes from the owner's tenant), so this proves that the gateway carries the token's
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -30,6 +32,8 @@ from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_clients import ToolRunnerClient
 from knowsphere_contracts.events import ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_gateway.adapters.applications_sql import SqlApplicationStore
+from knowsphere_gateway.domain.applications import ApplicationRecord, Platform
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.identity_token import token_headers
@@ -60,6 +64,7 @@ PATH_IDS = {
     "artifact_id": "artifact-a",
     "agent_id": "agent-a",
     "orchestrator_id": "orchestrator-a",
+    "application_id": "application-a",
     "type": "knowledge_qa",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
@@ -85,6 +90,10 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "json": {"name": "hr-desk", "mode": "knowledge_base", "config": {"knowledge_base_ids": ["kb-b"]}}
     },
     ("PATCH", "/api/v1/orchestrators/{orchestrator_id}"): {"json": {"description": "d"}},
+    ("POST", "/api/v1/applications"): {
+        "json": {"name": "web-desk", "platform": "api_service", "orchestrator_id": "orchestrator-a"}
+    },
+    ("PATCH", "/api/v1/applications/{application_id}"): {"json": {"display_name": "d"}},
     ("POST", "/api/v1/tokens"): {"json": {"name": "n", "role": "member"}},
     ("PATCH", "/api/v1/memory/items/{item_id}"): {"json": {"content": "I work in finance"}},
     # The owner's agent as the model is a 404 like one in the path.
@@ -98,6 +107,8 @@ NAMES_A_RESOURCE_IN_ITS_BODY = {
     ("POST", "/api/v1/chat/turns"),
     ("POST", "/v1/chat/completions"),
 }
+# The owner's orchestrator named in a new application is refused like an unknown one: 400 naming the field.
+REFUSED_AS_UNKNOWN = {("POST", "/api/v1/applications"): 400}
 # Publishing a turn needs NATS (test_chat and test_openai_compat cover it); the owner's walk leaves it out.
 OWNER_SKIPS = {("POST", "/api/v1/chat/turns"), ("POST", "/v1/chat/completions")}
 # A fake answers every call with an empty response but these.
@@ -236,7 +247,12 @@ async def walk(
 
 
 async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_another_tenant(
-    gateway: Any, serve: Any, client: Any, tokens: TokenService, tenants: list[str]
+    gateway: Any,
+    serve: Any,
+    client: Any,
+    tokens: TokenService,
+    applications: SqlApplicationStore,
+    tenants: list[str],
 ) -> None:
     peers = {
         name: TenantScoped(name, tenants)
@@ -245,6 +261,23 @@ async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_
     toolrunner = ToolRunnerClient(await serve("toolrunner", TenantScoped("toolrunner", tenants)))
     app = await gateway(
         **peers, toolrunner=toolrunner, local_identity=None, stored_turn_events=stored_turn_events
+    )
+    now = datetime.now(UTC)
+    await applications.add(
+        ApplicationRecord(
+            id=PATH_IDS["application_id"],
+            tenant_id=OWNER.tenant_id,
+            name="owners-app",
+            display_name="owners-app",
+            platform=Platform.API_SERVICE,
+            orchestrator_id="orchestrator-a",
+            active=True,
+            rate_limit_per_second=100.0,
+            rate_limit_burst=100,
+            created_by=OWNER.user_id,
+            create_time=now,
+            update_time=now,
+        )
     )
     owner = (await tokens.issue(OWNER, Role.ADMIN, name="owner", ttl=timedelta(days=1))).token
     stranger = (await tokens.issue(STRANGER, Role.ADMIN, name="stranger", ttl=timedelta(days=1))).token
@@ -268,7 +301,10 @@ async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_
 
     wrong = {f"{m} {p}: {r.status_code}" for (m, p), r in anonymous.items() if r.status_code != 401}
     assert wrong == set(), "answered without a token"
-    expected = {(m, p): 404 if names_owner_resource(m, p) else "2xx" for m, p, _ in ops}
+    expected = {
+        (m, p): REFUSED_AS_UNKNOWN.get((m, p)) or (404 if names_owner_resource(m, p) else "2xx")
+        for m, p, _ in ops
+    }
     got = {
         key: 404 if r.status_code == 404 else "2xx" if r.is_success else r.status_code
         for key, r in foreign.items()

@@ -15,6 +15,7 @@ from knowsphere_clients import (
 )
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_gateway import SERVICE_NAME
+from knowsphere_gateway.adapters.applications_sql import ApplicationStoreComponent, SqlApplicationStore
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore, TokenStoreComponent
 from knowsphere_gateway.api.bus import build_bus
@@ -54,6 +55,7 @@ def main() -> None:
         broker.include_router(bus.router)
         token_store = SqlTokenStore(settings.sqlalchemy_url())
         tokens = TokenService(token_store, TokenHasher(settings.hash_key()))
+        application_store = SqlApplicationStore(settings.sqlalchemy_url())
         proxy_secret = settings.proxy_secret.get_secret_value() if settings.proxy_secret else None
         app = create_app(
             GatewayContext(
@@ -63,6 +65,7 @@ def main() -> None:
                 bus_connected=partial(broker.ping, 0.5),
                 chat_turn_timeout=settings.chat_turn_timeout_seconds,
                 tokens=tokens,
+                applications=application_store,
                 local_identity=(
                     Identity(settings.local_tenant_id, settings.local_user_id)
                     if settings.local_mode
@@ -93,6 +96,7 @@ def main() -> None:
         )
         return [
             TokenStoreComponent(token_store),
+            ApplicationStoreComponent(application_store),
             LastUsedFlusher(tokens, settings.token_last_used_flush_seconds),
             ChannelsComponent([*channels.values(), own]),
             BrokerComponent(broker),

@@ -275,6 +275,11 @@ class ConversationServicer:
         return await answer(context, work)
 
 
+def taken(field: str, reason: str) -> RequestError:
+    """ALREADY_EXISTS naming the field (a name unique in the tenant)."""
+    return RequestError(grpc.StatusCode.ALREADY_EXISTS, f"{field}: {reason}", field=field)
+
+
 class AgentStore(Protocol):
     async def create_agent(self, tenant_id: str, agent: pb.Agent) -> bool: ...
     async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None: ...
@@ -343,7 +348,7 @@ class AgentServicer:
             )
             check_agent(agent)
             if not await self._store.create_agent(require_identity().tenant_id, agent):
-                raise invalid("name", f"an agent named {agent.name!r} already exists")
+                raise taken("name", f"an agent named {agent.name!r} already exists")
             return pb.CreateAgentResponse(agent=agent)
 
         return await answer(context, work)
@@ -378,7 +383,7 @@ class AgentServicer:
             agent.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
             check_agent(agent)
             if not await self._store.replace_agent(require_identity().tenant_id, agent):
-                raise invalid("name", f"an agent named {agent.name!r} already exists")
+                raise taken("name", f"an agent named {agent.name!r} already exists")
             return pb.UpdateAgentResponse(agent=agent)
 
         return await answer(context, work)
@@ -491,7 +496,7 @@ class OrchestratorServicer:
             tenant = require_identity().tenant_id
             await check_orchestrator(self._store, tenant, orchestrator)
             if not await self._store.create_orchestrator(tenant, orchestrator):
-                raise invalid("name", f"an orchestrator named {orchestrator.name!r} already exists")
+                raise taken("name", f"an orchestrator named {orchestrator.name!r} already exists")
             return pb.CreateOrchestratorResponse(orchestrator=orchestrator)
 
         return await answer(context, work)
@@ -539,7 +544,7 @@ class OrchestratorServicer:
             tenant = require_identity().tenant_id
             await check_orchestrator(self._store, tenant, orchestrator)
             if not await self._store.replace_orchestrator(tenant, orchestrator):
-                raise invalid("name", f"an orchestrator named {orchestrator.name!r} already exists")
+                raise taken("name", f"an orchestrator named {orchestrator.name!r} already exists")
             return pb.UpdateOrchestratorResponse(orchestrator=orchestrator)
 
         return await answer(context, work)

@@ -100,6 +100,19 @@ class SqlTokenStore:
             )
         return await self.get(tenant_id, token_id)
 
+    async def revoke_for_application(self, tenant_id: str, application_id: str, when: datetime) -> int:
+        async with self._db.engine.begin() as conn:
+            result = await conn.execute(
+                update(api_tokens)
+                .where(
+                    api_tokens.c.tenant_id == tenant_id,
+                    api_tokens.c.application_id == application_id,
+                    api_tokens.c.revoke_time.is_(None),
+                )
+                .values(revoke_time=when)
+            )
+        return int(result.rowcount)
+
     async def record_last_used(self, times: Mapping[str, datetime]) -> None:
         if not times:
             return

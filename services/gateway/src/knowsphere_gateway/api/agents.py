@@ -5,9 +5,9 @@ Responses are the conversation's messages as JSON (``protojson``). The request b
 they refuse early, with a 422 naming the field, what the conversation's servicers would refuse for its
 form alone (the name, text lengths, list sizes, parameter ranges, a ``config`` over the size limit or
 that a ``google.protobuf.Struct`` cannot hold); the service stays the judge. What only the service
-knows comes back from it naming the field: a name already taken or a config that does not fit its mode
-or names an unknown agent → 400 (``name``, ``config.agent_id``); deleting an agent an orchestrator runs
-→ 409; a mode that cannot be configured yet (``external``) → 501.
+knows comes back from it naming the field: a name already taken → 409 (``name``); a config that does not
+fit its mode or names an unknown agent → 400 (``config.agent_id``); deleting an agent an orchestrator
+runs → 409; a mode that cannot be configured yet (``external``) → 501.
 """
 
 from collections.abc import Callable, Mapping

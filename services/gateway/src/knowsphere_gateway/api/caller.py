@@ -11,7 +11,9 @@ A caller is established, in this order, by (:class:`Authenticator`):
    an authenticating proxy vouches for the caller in ``X-KS-Tenant-Id``, ``X-KS-User-Id`` and
    ``X-KS-Role``; each must be there exactly once (a missing or doubled one is a 400, never defaulted);
    a wrong secret, or identity headers without one, is a 401;
-2. an API token (``Authorization: Bearer ks_…``): its tenant, user and role;
+2. an API token (``Authorization: Bearer ks_…``): its tenant, user and role, and its application
+   if it has one (``domain.applications``): a token of a switched-off application is a 403, one of an
+   application that no longer exists a 401;
 3. nothing, in local single-user mode (``KS_GATEWAY_LOCAL_MODE``): the local identity as admin;
 4. nothing otherwise: 401 with ``WWW-Authenticate: Bearer``.
 
@@ -37,6 +39,7 @@ from starlette.routing import BaseRoute
 
 from knowsphere_gateway.api.errors import GUARDED_RESPONSES, HttpError
 from knowsphere_gateway.domain.access import role_needed
+from knowsphere_gateway.domain.applications import ApplicationRecord, ApplicationStore
 from knowsphere_gateway.domain.tokens import Role, TokenRefused, TokenService
 from knowsphere_runtime.identity import Identity, IdentityError, bound_identity, bound_language
 
@@ -74,6 +77,8 @@ class Caller:
     role: Role = Role.READ_ONLY
     application_id: str = ""
     token_id: str | None = None  # the API token used, if any
+    # The application of the token used, if it has one: its orchestrator answers, its limit applies.
+    application: ApplicationRecord | None = None
 
     @contextmanager
     def bound(self) -> Iterator[None]:
@@ -101,10 +106,11 @@ def install_auth_error_handler(app: FastAPI) -> None:
 
 @dataclass(frozen=True)
 class Authenticator:
-    """How this gateway establishes callers: ``tokens`` always; ``local_identity`` in local mode;
-    ``proxy_secret`` behind an authenticating proxy."""
+    """How this gateway establishes callers: ``tokens`` (with their ``applications``) always;
+    ``local_identity`` in local mode; ``proxy_secret`` behind an authenticating proxy."""
 
     tokens: TokenService
+    applications: ApplicationStore
     local_identity: Identity | None = None
     proxy_secret: str | None = None
 
@@ -163,7 +169,22 @@ class Authenticator:
             record = await self.tokens.authenticate(token.strip())
         except TokenRefused as error:
             raise Unauthenticated(str(error)) from None
-        return Caller(record.identity, language, record.role, record.application_id, record.id)
+        application = None
+        if record.application_id:
+            application = await self.applications.get(record.tenant_id, record.application_id)
+            if application is None:
+                raise Unauthenticated(
+                    f"the token {record.id} is for application {record.application_id}, "
+                    "which no longer exists"
+                )
+            if not application.active:
+                raise HttpError(
+                    403,
+                    "permission_denied",
+                    f"application {application.name} is switched off (active: false); its tokens are "
+                    "refused until an admin switches it on",
+                )
+        return Caller(record.identity, language, record.role, record.application_id, record.id, application)
 
 
 def caller_dependency(authenticator: Authenticator) -> Callable[..., Awaitable[Caller]]:

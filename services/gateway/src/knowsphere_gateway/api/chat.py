@@ -10,6 +10,9 @@ A client whose connection dropped resumes with ``GET /api/v1/chat/turns/{turn_id
 last sequence it saw (the SSE ``Last-Event-ID`` header, or ``after``): the events kept in the
 ``KS_CHAT_EVENTS`` stream after that one, then the live ones, each once. Only the turn's own asker can
 read them; for anyone else the turn does not exist (404).
+
+A turn without a session asked with an application's token runs the application's orchestrator
+(``ChatRequested.orchestrator_id``); with a session, the session's own.
 """
 
 import asyncio
@@ -232,7 +235,9 @@ def build_chat_router(
     async def chat_turn(
         body: ChatTurnRequest, who: Annotated[Caller, Depends(caller)]
     ) -> AsyncIterator[ServerSentEvent]:
-        """Ask a question; the turn's events stream back as server-sent events."""
+        """Ask a question; the turn's events stream back as server-sent events. Without a session, an
+        application's token runs the application's orchestrator."""
+        application = who.application
         turn = ChatRequested(
             turn_id=uuid.uuid4().hex,
             session_id=body.session_id,
@@ -242,6 +247,7 @@ def build_chat_router(
             knowledge_graph=body.knowledge_graph,
             language=body.language,
             images=body.images,
+            orchestrator_id=application.orchestrator_id if application and not body.session_id else "",
         )
         async for event in requested_turn_events(bus, events, who, turn, turn_timeout_seconds):
             yield _sse(event)

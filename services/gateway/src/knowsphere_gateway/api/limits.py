@@ -14,6 +14,9 @@ caller may make, per second and at once.
   ``caller_rate_limit_per_second``, and at most ``caller_max_concurrent_requests`` requests in flight
   (an open event stream counts until it ends). Over either → 429 with ``Retry-After``. A caller is
   their API token, or, without one (proxy, local mode), their tenant and user.
+- **Per application**: a request with an application's token also takes one from the application's
+  own bucket (its ``rate_limit_per_second`` and ``rate_limit_burst``), shared by all its tokens and
+  keyed by tenant and application id; an empty one → 429 with ``Retry-After`` naming the application.
 
 The per-caller counts live in this process: with several gateway replicas each applies the limits on
 its own, so a caller spread over N replicas gets up to N times the rate. A shared count (NATS KV)
@@ -33,9 +36,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowsphere_gateway.api.caller import Caller
 from knowsphere_gateway.api.errors import HttpError, record_refusal
+from knowsphere_gateway.domain.applications import ApplicationRecord
 from knowsphere_gateway.domain.limits import (
     DEFAULT_LIMITS,
     ConcurrencyLimiter,
+    KeyedRateLimiter,
     Limits,
     RateLimiter,
     Refusal,
@@ -197,6 +202,23 @@ def _over(refusal: Refusal, limits: Limits) -> HttpError:
     return HttpError(429, code, f"{message}; retry after {retry} s", headers={"retry-after": retry})
 
 
+def application_key(application: ApplicationRecord) -> str:
+    """The bucket an application's requests count against (its tokens share it)."""
+    return f"application:{application.tenant_id}/{application.id}"
+
+
+def _application_over(refusal: Refusal, application: ApplicationRecord) -> HttpError:
+    retry = refusal.retry_after_header
+    return HttpError(
+        429,
+        "rate_limited",
+        f"rate limit: more than {application.rate_limit_per_second:g} requests per second (bursts of "
+        f"{application.rate_limit_burst}) through application {application.name} (its "
+        f"rate_limit_per_second, rate_limit_burst); retry after {retry} s",
+        headers={"retry-after": retry},
+    )
+
+
 def caller_limits_dependency(
     caller: Callable[..., Awaitable[Caller]],
     limits: Limits,
@@ -206,8 +228,16 @@ def caller_limits_dependency(
     caller's slot until the response (an event stream included) is over."""
     rate = RateLimiter(limits.caller_rate_limit_per_second, limits.caller_rate_limit_burst, clock)
     in_flight = ConcurrencyLimiter(limits.caller_max_concurrent_requests)
+    application_rate = KeyedRateLimiter(clock)
 
     async def limited(who: Annotated[Caller, Depends(caller)]) -> AsyncIterator[None]:
+        app = who.application
+        if app is not None:
+            over = application_rate.take(
+                application_key(app), app.rate_limit_per_second, app.rate_limit_burst
+            )
+            if over is not None:
+                raise _application_over(over, app)
         key = caller_key(who)
         refusal = rate.take(key) or in_flight.acquire(key)
         if refusal is not None:
@@ -225,6 +255,7 @@ __all__ = [
     "BodyLimits",
     "BodyRefused",
     "Limits",
+    "application_key",
     "caller_key",
     "caller_limits_dependency",
 ]

@@ -10,6 +10,11 @@ instructions apply. The turn searches the agent's knowledge bases plus those nam
 ``knowledge_base_ids`` extension (``extra_body``); the default agent with none of either searches the
 tenant's knowledge bases.
 
+``model`` may also name an application of the tenant (by name; an application's name wins over an
+agent's of the same name): the turn runs the application's orchestrator, with the knowledge bases of
+``knowledge_base_ids`` only. A token of an application may name only that application (anything else is
+a 400 naming ``model``) and lists only it in ``/v1/models``.
+
 Citations: ``[[cN]]`` markers stay in ``content``; each cited source comes once as a ``url_citation``
 annotation (``domain.annotations``) — in a stream as ``delta.annotations`` just before the chunk that
 first cites it — and the answer's ``citations`` list rides on the final chunk (and on the completion).
@@ -82,6 +87,7 @@ from knowsphere_gateway.api.openai_wire import (
     Usage,
 )
 from knowsphere_gateway.domain.annotations import AnnotatedStream, DocumentUrl, annotations_of, located
+from knowsphere_gateway.domain.applications import ApplicationRecord, ApplicationStore
 from knowsphere_runtime.bus import Fanout
 from knowsphere_telemetry import attributes
 
@@ -239,6 +245,9 @@ TURN_ERROR_STATUS = {
     "invalid_input": 400,
     "agent_not_found": 404,
     "agent_inactive": 404,
+    "orchestrator_not_found": 404,
+    "orchestrator_inactive": 404,
+    "orchestration_mode_unavailable": 501,
     TURN_TIMEOUT_CODE: 504,
     BUS_UNAVAILABLE_CODE: 503,
     ModelErrorCode.RATE_LIMITED.value: 429,
@@ -255,6 +264,19 @@ def turn_refusal(event: ChatTurnEvent) -> Refusal:
         return Refusal(499, "turn_cancelled", "the answer was cancelled")
     code = event.error_code or "turn_failed"
     return Refusal(TURN_ERROR_STATUS.get(code, 502), code, event.error_message or "the turn failed")
+
+
+def _application_card(application: ApplicationRecord) -> ModelCard:
+    return ModelCard(
+        id=application.name,
+        object="model",
+        created=int(application.create_time.timestamp()),
+        owned_by=application.tenant_id,
+        application_id=application.id,
+        display_name=application.display_name,
+        description=f"application on {application.platform} running orchestrator "
+        f"{application.orchestrator_id}",
+    )
 
 
 def _data(payload: dict[str, Any]) -> str:
@@ -277,9 +299,10 @@ def build_openai_router(
     conversation: ConversationClient,
     ingestion: IngestionClient,
     modelhub: ModelHubClient,
+    applications: ApplicationStore,
 ) -> APIRouter:
     """``events`` is fed by the bus's subscriber of turn events; ``turn_timeout_seconds`` is the longest
-    wait for a turn's next event."""
+    wait for a turn's next event; ``applications`` are the tenants' applications (models too)."""
     router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute, responses=ERROR_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
 
@@ -311,7 +334,27 @@ def build_openai_router(
             raise _model_not_found(model, "is switched off")
         return agent
 
-    async def knowledge_bases(agent: cpb.Agent | None, extra: list[str]) -> list[str]:
+    async def application_named(who: Caller, model: str) -> ApplicationRecord | None:
+        """The application ``model`` names, if any (404 for a switched-off one); an application's token
+        may name only its own (400 naming ``model`` otherwise)."""
+        own = who.application
+        if own is not None:
+            if model != own.name:
+                raise Refusal(
+                    400,
+                    "invalid_argument",
+                    f"model: this token is for application {own.name}; send model={own.name!r}",
+                    "model",
+                )
+            return own
+        found = await applications.get_by_name(who.identity.tenant_id, model)
+        if found is not None and not found.active:
+            raise _model_not_found(model, "is switched off")
+        return found
+
+    async def knowledge_bases(
+        agent: cpb.Agent | None, extra: list[str], *, fallback: bool = True
+    ) -> list[str]:
         for kb_id in extra:
             try:
                 await ingestion.get_knowledge_base(kb_id)
@@ -329,7 +372,7 @@ def build_openai_router(
                 f"knowledge_base_ids: {len(chosen)} with the agent's; at most {MAX_KNOWLEDGE_BASES_PER_TURN}",
                 "knowledge_base_ids",
             )
-        if not chosen and agent is None:
+        if not chosen and agent is None and fallback:
             listed = await ingestion.list_knowledge_bases(
                 ipb.ListKnowledgeBasesRequest(page_size=MAX_KNOWLEDGE_BASES_PER_TURN)
             )
@@ -385,12 +428,18 @@ def build_openai_router(
         },
     )
     async def chat_completions(body: ChatCompletionRequest, request: Request, who: Who) -> Response:
-        """Ask an agent, OpenAI-style; the answer cites its sources (``[[cN]]`` and annotations)."""
+        """Ask an agent or an application, OpenAI-style; the answer cites its sources (``[[cN]]`` and
+        annotations)."""
         _refuse_unsupported(body)
         question, images, history = conversation_of(body.messages)
+        application = await application_named(who, body.model)
+        agent: cpb.Agent | None = None
         with who.bound():
-            agent = await agent_named(body.model)
-            kb_ids = await knowledge_bases(agent, body.knowledge_base_ids)
+            if application is None:
+                agent = await agent_named(body.model)
+                kb_ids = await knowledge_bases(agent, body.knowledge_base_ids)
+            else:  # the application's orchestrator chooses its knowledge; only those asked for are added
+                kb_ids = await knowledge_bases(None, body.knowledge_base_ids, fallback=False)
         turn_id = uuid.uuid4().hex
         chat = ChatRequested(
             turn_id=turn_id,
@@ -400,6 +449,7 @@ def build_openai_router(
             knowledge_graph=body.knowledge_graph,
             images=images,
             agent_id=agent.id if agent else "",
+            orchestrator_id=application.orchestrator_id if application else "",
             history=history,
         )
         completion_id, created = f"chatcmpl-{turn_id}", int(time.time())
@@ -482,7 +532,10 @@ def build_openai_router(
 
     @router.get("/models", response_model=ModelList)
     async def list_models(who: Who) -> dict[str, Any]:
-        """The default agent and the tenant's active agents, as models to name in chat completions."""
+        """The default agent and the tenant's active agents and applications, as models to name in chat
+        completions (an application's token: its application only)."""
+        if who.application is not None:
+            return ModelList(object="list", data=[_application_card(who.application)]).model_dump(mode="json")
         with who.bound():
             found = await agents()
         default = ModelCard(
@@ -506,6 +559,8 @@ def build_openai_router(
             for a in found
             if a.active
         ]
+        apps = await applications.list(who.identity.tenant_id)
+        cards.extend(_application_card(a) for a in apps if a.active)
         return ModelList(object="list", data=cards).model_dump(mode="json")
 
     async def embedding_model(model: str) -> str:

@@ -255,11 +255,12 @@ class ChatCompletionChunk(BaseModel):
 
 
 class ModelCard(BaseModel):
-    id: str = Field(description="the agent's name; the value to send as model")
+    id: str = Field(description="the agent's or application's name; the value to send as model")
     object: Literal["model"]
     created: int
     owned_by: str
     agent_id: str | None = Field(default=None, description="the agent's id (also accepted as model)")
+    application_id: str | None = Field(default=None, description="the application's id, for an application")
     display_name: str
     description: str
 

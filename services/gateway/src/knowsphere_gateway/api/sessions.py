@@ -1,5 +1,8 @@
 """Sessions and their history (``/api/v1/sessions``), and cancelling a turn, backed by the
-conversation service. Another user's session is a 404 like one that never was."""
+conversation service. Another user's session is a 404 like one that never was.
+
+A session made with an application's token belongs to the application (``application_id``) and runs
+its orchestrator; naming another agent or orchestrator then is a 400 naming the field."""
 
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -10,7 +13,7 @@ from pydantic import Field
 from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere_clients import ConversationClient
 from knowsphere_gateway.api.caller import Caller
-from knowsphere_gateway.api.errors import SERVICE_RESPONSES
+from knowsphere_gateway.api.errors import SERVICE_RESPONSES, HttpError
 from knowsphere_gateway.api.knowledge import PageSize
 from knowsphere_gateway.api.protojson import RequestBody, from_json, json_model, to_json
 
@@ -37,9 +40,23 @@ def build_sessions_router(conversation: ConversationClient, caller: Callable[...
 
     @router.post("/sessions", status_code=201, response_model=SessionJson)
     async def create_session(body: SessionCreate, who: Who) -> dict[str, Any]:
-        """A new conversation; pass its id as ``session_id`` to ``POST /api/v1/chat/turns``."""
+        """A new conversation; pass its id as ``session_id`` to ``POST /api/v1/chat/turns``. With an
+        application's token, the application's session running its orchestrator."""
+        fields: dict[str, Any] = body.model_dump(by_alias=True, exclude_unset=True)
+        application = who.application
+        if application is not None:
+            for field, allowed in (("agent_id", ""), ("orchestrator_id", application.orchestrator_id)):
+                if fields.get(field) and fields[field] != allowed:
+                    raise HttpError(
+                        400,
+                        "invalid_argument",
+                        f"{field}: a session of application {application.name} runs its orchestrator "
+                        f"{application.orchestrator_id}; leave {field} out",
+                        field=field,
+                    )
+            fields.update(application_id=application.id, orchestrator_id=application.orchestrator_id)
         with who.bound():
-            return to_json(await conversation.create_session(from_json(pb.CreateSessionRequest, body)))
+            return to_json(await conversation.create_session(from_json(pb.CreateSessionRequest, fields)))
 
     @router.get("/sessions", response_model=SessionListJson)
     async def list_sessions(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from knowsphere_gateway.api.caller import Caller
 from knowsphere_gateway.api.errors import HttpError, error_response
 from knowsphere_gateway.api.protojson import JSON_INTEGER, RequestBody
+from knowsphere_gateway.domain.applications import ApplicationStore
 from knowsphere_gateway.domain.tokens import Role, TokenRecord, TokenService
 from knowsphere_runtime.identity import _ID_PATTERN, MAX_ID_LENGTH, Identity, IdentityError
 
@@ -28,7 +29,12 @@ class TokenCreate(RequestBody):
         default=None,
         description="unset: KS_GATEWAY_TOKEN_DEFAULT_TTL_DAYS; at most KS_GATEWAY_TOKEN_MAX_TTL_DAYS",
     )
-    application_id: str = Field(default="", max_length=128, description="the application the token is for")
+    application_id: str = Field(
+        default="",
+        max_length=128,
+        description="an application of the tenant's: the token's requests run its orchestrator and count "
+        "against its rate limit; deleting the application revokes the token",
+    )
     user_id: str | None = Field(
         default=None,
         max_length=MAX_ID_LENGTH,
@@ -68,6 +74,7 @@ class TokenList(BaseModel):
 
 def build_tokens_router(
     tokens: TokenService,
+    applications: ApplicationStore,
     caller: Callable[..., Awaitable[Caller]],
     default_ttl_days: int,
     max_ttl_days: int,
@@ -92,7 +99,11 @@ def build_tokens_router(
         "/tokens",
         status_code=201,
         response_model=CreatedToken,
-        responses={400: error_response("expires_in_days over the maximum, or a bad user_id")},
+        responses={
+            400: error_response(
+                "expires_in_days over the maximum, a bad user_id, or an unknown application_id"
+            )
+        },
     )
     async def create_token(body: Create, who: Who) -> CreatedToken:
         """A new token of the caller's tenant. Its text is in this answer only; keep it safe."""
@@ -108,6 +119,13 @@ def build_tokens_router(
             identity = Identity(who.identity.tenant_id, body.user_id or who.identity.user_id)
         except IdentityError as error:
             raise HttpError(400, "invalid_argument", f"user_id: {error}", field="user_id") from None
+        if body.application_id and await applications.get(identity.tenant_id, body.application_id) is None:
+            raise HttpError(
+                400,
+                "invalid_argument",
+                f"application_id: no application {body.application_id} in the tenant",
+                field="application_id",
+            )
         issued = await tokens.issue(
             identity,
             body.role,

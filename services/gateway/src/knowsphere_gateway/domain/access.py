@@ -1,9 +1,9 @@
 """Which role each route of the public API needs: one table, read by the authorization dependency.
 
-Admins manage knowledge bases, models, agents, orchestrators and tokens; members chat, upload and keep
-their own sessions; read-only callers read and search. A route missing from the table needs ``admin``
-(closed by default), and a test fails until it is listed. The role is checked before the route looks
-anything up, so a 403 says nothing about whether a resource exists.
+Admins manage knowledge bases, models, agents, orchestrators, applications and tokens; members chat,
+upload and keep their own sessions; read-only callers read and search. A route missing from the table
+needs ``admin`` (closed by default), and a test fails until it is listed. The role is checked before the
+route looks anything up, so a 403 says nothing about whether a resource exists.
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/api/v1/orchestrators/{orchestrator_id}"): READ_ONLY,
     ("PATCH", "/api/v1/orchestrators/{orchestrator_id}"): ADMIN,
     ("DELETE", "/api/v1/orchestrators/{orchestrator_id}"): ADMIN,
+    # applications: an orchestrator on a channel (admins manage them; every role may read them)
+    ("POST", "/api/v1/applications"): ADMIN,
+    ("GET", "/api/v1/applications"): READ_ONLY,
+    ("GET", "/api/v1/applications/{application_id}"): READ_ONLY,
+    ("PATCH", "/api/v1/applications/{application_id}"): ADMIN,
+    ("DELETE", "/api/v1/applications/{application_id}"): ADMIN,
     # the caller's own memory
     ("GET", "/api/v1/memory/items"): READ_ONLY,
     ("PATCH", "/api/v1/memory/items/{item_id}"): MEMBER,

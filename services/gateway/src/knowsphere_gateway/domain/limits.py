@@ -94,6 +94,22 @@ class RateLimiter:
 
 
 @dataclass
+class KeyedRateLimiter:
+    """A token bucket per key whose rate and burst come with each request (an application's own limit,
+    which its admin may change): a key whose limit changed starts over with a full bucket. Holds one
+    bucket per key seen, so its keys must be bounded (applications are)."""
+
+    clock: Callable[[], float]
+    _limiters: dict[str, RateLimiter] = field(default_factory=dict)
+
+    def take(self, key: str, rate: float, burst: int) -> Refusal | None:
+        limiter = self._limiters.get(key)
+        if limiter is None or (limiter.rate, limiter.burst) != (rate, burst):
+            limiter = self._limiters[key] = RateLimiter(rate, burst, self.clock, max_idle_keys=1)
+        return limiter.take(key)
+
+
+@dataclass
 class ConcurrencyLimiter:
     """At most ``limit`` requests in flight per key; :meth:`acquire` and :meth:`release` in pairs."""
 
@@ -123,4 +139,4 @@ class ConcurrencyLimiter:
         return self._in_flight.get(key, 0)
 
 
-__all__ = ["DEFAULT_LIMITS", "ConcurrencyLimiter", "Limits", "RateLimiter", "Refusal"]
+__all__ = ["DEFAULT_LIMITS", "ConcurrencyLimiter", "KeyedRateLimiter", "Limits", "RateLimiter", "Refusal"]

@@ -90,6 +90,10 @@ class TokenStore(Protocol):
         no such token."""
         ...
 
+    async def revoke_for_application(self, tenant_id: str, application_id: str, when: datetime) -> int:
+        """Revokes every unrevoked token of the tenant's application; how many."""
+        ...
+
     async def record_last_used(self, times: Mapping[str, datetime]) -> None:
         """Sets each token's last-used time, in one transaction."""
         ...
@@ -182,6 +186,10 @@ class TokenService:
     async def revoke(self, tenant_id: str, token_id: str) -> TokenRecord | None:
         """Revokes the tenant's token at once (None if it has none of that id)."""
         return await self.store.revoke(tenant_id, token_id, self._clock())
+
+    async def revoke_for_application(self, tenant_id: str, application_id: str) -> int:
+        """Revokes at once every token of the tenant's application; how many were revoked."""
+        return await self.store.revoke_for_application(tenant_id, application_id, self._clock())
 
     async def flush_last_used(self) -> int:
         """Writes the last-used times noted since the previous flush in one batch; how many."""
