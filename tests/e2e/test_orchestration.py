@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from .test_conversation import ask, client, ready_kb, tenant, use_scripted_model
+from .test_conversation import TIMEOUT, ask, client, ready_kb, tenant, use_scripted_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
 from scripted_provider import (
@@ -87,6 +88,36 @@ def test_a_conditional_orchestrator_routes_and_a_knowledge_base_one_cites(
         turn = ask(http, "Who do I talk to about parking?", session_id=session)
         assert turn[1][1]["to_agent_id"] == agents["front"] and "default" in turn[1][1]["reason"]
         assert turn[-1][1]["text"] == "The front desk answers."
+
+        # The orchestrator as an application of the OpenAI-compatible API, with a token of its own.
+        app = http.post(
+            "/applications",
+            json={"name": "billing-api", "platform": "api_service", "orchestrator_id": routed.json()["id"]},
+        )
+        assert app.status_code == 201, app.text
+        token = http.post(
+            "/tokens", json={"name": "billing app", "role": "member", "application_id": app.json()["id"]}
+        )
+        assert token.status_code == 201, token.text
+        bearer = {"authorization": f"Bearer {token.json()['token']}"}
+        with httpx.Client(base_url=stack.gateway_url, timeout=TIMEOUT, headers=bearer) as openai:
+            models = [m["id"] for m in openai.get("/v1/models").json()["data"]]
+            assert models == ["billing-api"], models
+            completion = openai.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "billing-api",
+                    "messages": [{"role": "user", "content": "Is my invoice paid?"}],
+                },
+            )
+            assert completion.status_code == 200, completion.text
+            answer = completion.json()["choices"][0]["message"]["content"]
+            assert answer == "Billing here: your invoice is on its way."
+            other = openai.post(
+                "/v1/chat/completions",
+                json={"model": "knowsphere", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert other.status_code == 400 and other.json()["error"]["param"] == "model", other.text
 
         rag = http.post(
             "/orchestrators",
