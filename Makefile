@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-prefix bench-gateway bench-multihop eval-intent chaos local-llm clean help
+	bench-conversation bench-orchestration bench-prefix bench-gateway bench-multihop eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -34,6 +34,7 @@ help:
 	@echo "make local-llm    optional local chat model (llama.cpp + SmolLM2) on 127.0.0.1:8790"
 	@echo "make bench-tools  toolrunner: ListTools p95, 1 MB get_stored_data, sandbox (last line: JSON)"
 	@echo "make bench-conversation  concurrent turns: time to first event/token, turns/s, memory (last line: JSON)"
+	@echo "make bench-orchestration  per runnable orchestration mode: overhead per turn, model requests, tokens vs single (last line: JSON)"
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
 	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
@@ -104,6 +105,9 @@ bench-tools: $(STAMP)
 
 bench-conversation: $(STAMP)
 	$(PY) services/conversation/bench/bench_conversation.py $(BENCH_ARGS)
+
+bench-orchestration: $(STAMP)
+	$(PY) services/conversation/bench/bench_orchestration.py $(BENCH_ARGS)
 
 bench-prefix: $(STAMP)
 	$(PY) services/conversation/bench/bench_prefix.py $(BENCH_ARGS)
