@@ -55,22 +55,23 @@ def test_a_generic_reflection_client_lists_every_service_method(stack):
 
 def test_a_pending_rpc_names_its_capability_over_the_real_service(stack):
     contract = CONTRACTS["conversation"]
-    method = contract.descriptor.methods_by_name["CreateOrchestrator"]
+    method = contract.descriptor.methods_by_name["Chat"]
 
     async def call() -> grpc.aio.AioRpcError:
         async with open_channel(stack.grpc_addr("conversation"), services=[contract.descriptor]) as channel:
             stub = contract.stub(channel)
             with bound_identity(Identity("acme", "alice")):
                 try:
-                    await stub.CreateOrchestrator(GetMessageClass(method.input_type)())
+                    async for _ in stub.Chat(GetMessageClass(method.input_type)()):
+                        pass
                 except grpc.aio.AioRpcError as error:
                     return error
-        raise AssertionError("CreateOrchestrator answered; it is not built yet")
+        raise AssertionError("Chat answered; it is not built yet")
 
     error = asyncio.run(call())
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "ConversationService/CreateOrchestrator" in (error.details() or "")
-    assert "orchestrators" in (error.details() or "")
+    assert "ConversationService/Chat" in (error.details() or "")
+    assert "streaming Chat RPC" in (error.details() or "")
 
 
 def test_chat_request_is_validated_with_the_field_named(stack):
