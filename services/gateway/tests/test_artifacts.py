@@ -163,3 +163,56 @@ def test_the_file_name_header_cannot_be_broken_out_of() -> None:
     assert ascii_part.count('"') == 2  # the quoted name ends where it should
     assert content_disposition("../../etc/passwd").startswith('attachment; filename="....etcpasswd"')
     assert "filename*=UTF-8''Urlaub%20%E2%80%93%202025.pptx" in content_disposition("Urlaub – 2025.pptx")
+
+
+@pytest.fixture
+def owners_skill(tmp_path: Path) -> Path:
+    """A skill the operator installed for the owner's tenant, before the toolrunner starts."""
+    from knowsphere_toolrunner.skills.store import SkillStore
+
+    folder = SkillStore(tmp_path / "toolrunner").tenant_dir(OWNER.tenant_id) / "leave-calc"
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        "---\nname: leave-calc\ndescription: Works out leave days.\n---\nRun it.\n"
+    )
+    (folder / "scripts" / "calc.py").write_text("print(25)\n")
+    return folder
+
+
+async def test_the_tool_catalogue_and_the_tenants_skills_are_read_through_the_gateway(
+    owners_skill: Path, gateway: Any, client: Any, tokens: TokenService, toolrunner: ToolRunnerClient
+) -> None:
+    app = await gateway(toolrunner=toolrunner, local_identity=None)
+    owner = (await tokens.issue(OWNER, Role.READ_ONLY, name="owner", ttl=timedelta(days=1))).token
+    stranger = (await tokens.issue(STRANGER, Role.ADMIN, name="eve", ttl=timedelta(days=1))).token
+    mine, theirs = {"authorization": f"Bearer {owner}"}, {"authorization": f"Bearer {stranger}"}
+
+    async with client(app) as http:
+        catalogue = (await http.get("/api/v1/tools", headers=mine)).json()["tools"]
+        turn = (await http.get("/api/v1/tools", headers=mine, params={"turn_view": "true"})).json()["tools"]
+        with_kb = await http.get(
+            "/api/v1/tools", headers=mine, params={"turn_view": "true", "knowledge_bases": "true"}
+        )
+        skills = (await http.get("/api/v1/skills", headers=mine)).json()["skills"]
+        skill = await http.get("/api/v1/skills/leave-calc", headers=mine)
+        script = await http.get(
+            "/api/v1/skills/leave-calc/file", headers=mine, params={"path": "scripts/calc.py"}
+        )
+        escape = await http.get("/api/v1/skills/leave-calc/file", headers=mine, params={"path": "../x"})
+        foreign = await http.get("/api/v1/skills/leave-calc", headers=theirs)
+        foreign_list = (await http.get("/api/v1/skills", headers=theirs)).json().get("skills", [])
+        anonymous = await http.get("/api/v1/tools")
+
+    names = [t["name"] for t in catalogue]
+    assert {"doc_retrieval", "generate_pptx", "web_search"} <= set(names)
+    assert all(t["parameters_json_schema"].startswith("{") for t in catalogue)
+    # A turn without a knowledge base or web has no knowledge-base or web tools; selecting one adds them.
+    assert "doc_retrieval" not in [t["name"] for t in turn] and "web_search" not in [t["name"] for t in turn]
+    assert "doc_retrieval" in [t["name"] for t in with_kb.json()["tools"]]
+    assert [s["name"] for s in skills] == ["leave-calc"] and skills[0]["has_scripts"] is True
+    assert skill.status_code == 200 and skill.json()["instructions"].strip().endswith("Run it.")
+    assert script.status_code == 200 and script.content == b"print(25)\n"
+    assert script.headers["x-ks-truncated"] == "false"
+    assert escape.status_code == 400 and escape.json()["error"]["field"] == "path"
+    assert foreign.status_code == 404 and foreign_list == []
+    assert anonymous.status_code == 401

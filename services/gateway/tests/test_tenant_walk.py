@@ -4,7 +4,7 @@ token, and with the owner's.
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
 base, document, progress stream, search, session, turn, model, memory item, agent, orchestrator,
-application or token of the owner's, and its own (empty) views elsewhere; the owner's orchestrator in a
+application, skill or token of the owner's, and its own (empty) views elsewhere; the owner's orchestrator in a
 new application's body is a 400 naming ``orchestrator_id``, as one that never was; the owner gets the
 same routes answered.
 
@@ -52,6 +52,7 @@ RESOURCE_FIELDS = frozenset(
         "agent_id",
         "orchestrator_id",
         "artifact_id",
+        "skill_name",
     }
 )
 PATH_IDS = {
@@ -66,6 +67,7 @@ PATH_IDS = {
     "orchestrator_id": "orchestrator-a",
     "application_id": "application-a",
     "type": "knowledge_qa",
+    "skill_name": "skill-a",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
 MD = ("notes.md", b"# Notes\n", "text/markdown")
@@ -101,6 +103,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "json": {"model": "agent-a", "messages": [{"role": "user", "content": "hi"}]}
     },
     ("POST", "/v1/embeddings"): {"json": {"model": "default", "input": "leave"}},
+    ("GET", "/api/v1/skills/{skill_name}/file"): {"params": {"path": "SKILL.md"}},
 }
 NAMES_A_RESOURCE_IN_ITS_BODY = {
     ("PUT", "/api/v1/models/defaults/{type}"),
@@ -127,6 +130,8 @@ ANSWERS: dict[str, Message] = {
 
 
 def names_a_resource(message: Message) -> bool:
+    if isinstance(message, tpb.GetSkillRequest) and message.name:
+        return True  # a skill is its tenant's, named by ``name`` here
     for field, value in message.ListFields():
         if field.name in RESOURCE_FIELDS and value:
             return True

@@ -44,6 +44,7 @@ from knowsphere_gateway.api.progress import build_progress_router
 from knowsphere_gateway.api.search import build_search_router
 from knowsphere_gateway.api.sessions import build_sessions_router
 from knowsphere_gateway.api.tokens import build_tokens_router
+from knowsphere_gateway.api.tools import build_tools_router
 from knowsphere_gateway.api.uploads import UPLOAD_PATHS, build_uploads_router
 from knowsphere_gateway.domain.applications import ApplicationStore
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS, TokenService
@@ -126,6 +127,9 @@ def create_app(ctx: GatewayContext) -> FastAPI:
     )
     app.include_router(
         build_agents_router(ctx.conversation, caller), dependencies=guarded, responses=AUTH_RESPONSES
+    )
+    app.include_router(
+        build_tools_router(ctx.toolrunner, caller), dependencies=guarded, responses=AUTH_RESPONSES
     )
     app.include_router(
         build_applications_router(ctx.applications, ctx.tokens, ctx.conversation, caller, ctx.limits),

@@ -76,6 +76,11 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/v1/chat/completions"): MEMBER,
     ("GET", "/v1/models"): READ_ONLY,
     ("POST", "/v1/embeddings"): READ_ONLY,
+    # the tool catalogue and the installed skills (the platform's, read by every tenant)
+    ("GET", "/api/v1/tools"): READ_ONLY,
+    ("GET", "/api/v1/skills"): READ_ONLY,
+    ("GET", "/api/v1/skills/{skill_name}"): READ_ONLY,
+    ("GET", "/api/v1/skills/{skill_name}/file"): READ_ONLY,
     # tokens
     ("POST", "/api/v1/tokens"): ADMIN,
     ("GET", "/api/v1/tokens"): ADMIN,
