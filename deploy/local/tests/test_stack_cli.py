@@ -87,7 +87,10 @@ def test_up_status_logs_down_and_nothing_is_left(tmp_path: Path) -> None:
         key_file = data / "secrets" / "master.key"
         assert modelhub["MASTER_KEY"] == key_file.read_text().strip()
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-        assert "MASTER_KEY" not in gateway
+        # Services that keep tenants' secrets get the same key; the others none.
+        assert gateway["MASTER_KEY"] == modelhub["MASTER_KEY"]
+        retrieval = json.loads((data / "retrieval" / "standin-retrieval.json").read_text())["env"]
+        assert "MASTER_KEY" not in retrieval
 
         status = _ks(env, "status")
         assert status.returncode == 0, status.stdout + status.stderr

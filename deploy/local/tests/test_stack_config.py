@@ -85,6 +85,13 @@ def test_each_service_gets_exactly_its_wiring(tmp_path: Path) -> None:
         "KS_IDENTITY_SIGNING_KEY_FILE": str(tmp_path / "secrets" / "identity" / "gateway.key"),
         "KS_IDENTITY_TRUSTED_KEYS_DIR": str(tmp_path / "secrets" / "identity" / "trusted"),
         "KS_NATS_NKEY_SEED_FILE": str(tmp_path / "secrets" / "nats" / "gateway.nk"),
+        "MASTER_KEY": ensure_master_key(tmp_path),
+    }
+    # The services that keep tenants' secrets share the one master key; the others never see it.
+    assert {name for name, env in envs.items() if "MASTER_KEY" in env} == {
+        "gateway",
+        "conversation",
+        "modelhub",
     }
     assert sorted(k for k in envs["conversation"] if k.endswith("_ADDR")) == [
         "KS_CONVERSATION_MEMORY_ADDR",

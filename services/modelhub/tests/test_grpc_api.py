@@ -25,10 +25,11 @@ from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.api.grpc import build_binding
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
+from knowsphere_modelhub.domain.secrets import verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
+from knowsphere_runtime.secrets import KeyRing
 from knowsphere_telemetry.langfuse import NoopLlmObserver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -29,10 +29,11 @@ from knowsphere_modelhub.api.grpc import build_binding
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
+from knowsphere_modelhub.domain.secrets import verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.identity import Identity, bound_identity
 from knowsphere_runtime.rpc.testing import serving
+from knowsphere_runtime.secrets import KeyRing
 from knowsphere_telemetry.langfuse import NoopLlmObserver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -133,7 +134,7 @@ async def test_a_key_copied_into_another_tenants_row_opens_nowhere(
     failed = [line for line in logged if line.get("event") == "model call failed"]
     assert failed and failed[0]["code"] == ModelErrorCode.PROVIDER_ERROR.value
     assert (
-        f"was made for another record than model {model_b.id} of tenant 'tenant-b' (copied from another row)"
+        f"was made for another record than record {model_b.id} of tenant 'tenant-b' (copied from another row)"
         in failed[0]["detail"]
     )
     assert all(KEY_A not in str(line) for line in logged)

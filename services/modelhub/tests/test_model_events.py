@@ -25,11 +25,12 @@ from knowsphere_modelhub.api.grpc import build_binding
 from knowsphere_modelhub.api.models import ModelChanges
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
+from knowsphere_modelhub.domain.secrets import verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.identity import Identity, bound_identity, current_identity
 from knowsphere_runtime.rpc.testing import serving
+from knowsphere_runtime.secrets import KeyRing
 from knowsphere_telemetry.langfuse import NoopLlmObserver
 
 ACME = Identity("acme", "alice")

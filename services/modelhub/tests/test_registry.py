@@ -26,7 +26,7 @@ from knowsphere_modelhub.domain.in_use import ModelInUse
 from knowsphere_modelhub.domain.ports import Usage
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing
+from knowsphere_runtime.secrets import KeyRing
 
 MASTER_KEY = "test-master-key-0123456789abcdef"
 KDF_SALT = b"registry-test-salt"  # a passphrase MASTER_KEY is stretched with the installation's salt

@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_modelhub.adapters.sql_store import SqlModelStore
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
-from knowsphere_modelhub.domain.secrets import (
+from knowsphere_modelhub.domain.secrets import rotate_all, verify_master_key
+from knowsphere_runtime.secrets import (
     CHECK_SCOPE,
     MASTER_KEY_CHECK_PLAINTEXT,
     MASTER_KEY_CHECK_SETTING,
@@ -32,8 +33,6 @@ from knowsphere_modelhub.domain.secrets import (
     is_random_key,
     key_id_of,
     mask,
-    rotate_all,
-    verify_master_key,
     version_of,
 )
 
@@ -422,7 +421,7 @@ async def test_a_moved_ciphertext_is_left_as_it_is_and_named_without_stopping_th
     report = await verify_master_key(store, rotating)
     assert report.rotated == 1 and report.undecryptable == []
     assert [model_id for model_id, _ in report.rejected] == ["m2"]
-    assert "was made for another record than model m2 of tenant 't2'" in report.rejected[0][1]
+    assert "was made for another record than record m2 of tenant 't2'" in report.rejected[0][1]
     stored = {k.model_id: k.ciphertext for k in await store.list_api_keys()}
     assert key_id_of(stored["m1"]) == rotating.key_id and key_id_of(stored["m2"]) == old.key_id
 

@@ -23,7 +23,9 @@ from knowsphere_modelhub.core import ModelHubCore
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import (
+from knowsphere_modelhub.settings import Settings
+from knowsphere_runtime.lifecycle import StartupError
+from knowsphere_runtime.secrets import (
     MASTER_KEY_CHECK_PLAINTEXT,
     MASTER_KEY_CHECK_SETTING,
     KeyRing,
@@ -31,8 +33,6 @@ from knowsphere_modelhub.domain.secrets import (
     key_id_of,
     version_of,
 )
-from knowsphere_modelhub.settings import Settings
-from knowsphere_runtime.lifecycle import StartupError
 
 API_KEY = "sk-written-by-v1-0123456789WXYZ"
 

@@ -124,8 +124,9 @@ async def modelhub_service(folder: Path) -> AsyncIterator[grpc.aio.Channel]:
     from knowsphere_modelhub.api.grpc import build_binding as modelhub_binding
     from knowsphere_modelhub.domain.providers import PROVIDERS
     from knowsphere_modelhub.domain.registry import Registry
-    from knowsphere_modelhub.domain.secrets import KeyRing, verify_master_key
+    from knowsphere_modelhub.domain.secrets import verify_master_key
     from knowsphere_modelhub.settings import Settings as ModelHubSettings
+    from knowsphere_runtime.secrets import KeyRing
     from knowsphere_telemetry.langfuse import NoopLlmObserver
 
     settings = ModelHubSettings(

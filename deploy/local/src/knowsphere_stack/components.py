@@ -52,6 +52,9 @@ WORKER_MIN_UPTIME = 2.0
 """The worker serves no port: it counts as healthy once it has stayed up this many seconds."""
 
 MASTER_KEY_ENV = "MASTER_KEY"
+SECRET_KEEPERS = frozenset({"modelhub", "conversation", "gateway"})
+"""Services that keep tenants' secrets encrypted with the one MASTER_KEY (model keys; external
+applications' keys; WeCom channel secrets)."""
 MASTER_KEY_BYTES = 32
 
 
@@ -161,7 +164,7 @@ def temporal_component(
 
 
 def ensure_master_key(data_dir: Path) -> str:
-    """The modelhub master key kept in ``<data>/secrets/master.key``, generated (mode 0600) on first use."""
+    """The master key of tenants' secrets kept in ``<data>/secrets/master.key``, generated (mode 0600) on first use."""
     secrets_dir = Path(data_dir) / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets_dir, 0o700)
@@ -263,7 +266,7 @@ def service_env(
     if name == "ingestion":
         env["KS_INGESTION_TEMPORAL_ADDRESS"] = config.temporal_address
         env["KS_INGESTION_TEMPORAL_NAMESPACE"] = TEMPORAL_NAMESPACE
-    if name == "modelhub" and master_key is not None:
+    if name in SECRET_KEEPERS and master_key is not None:
         env[MASTER_KEY_ENV] = master_key
     if name == "modelhub":
         # The local stack's models may run on this machine (make local-llm, Ollama): loopback on
@@ -357,7 +360,7 @@ def build_components(config: StackConfig) -> list[ComponentSpec]:
             )
         )
     master_key: str | None = None
-    if "modelhub" in config.services and MASTER_KEY_ENV not in os.environ:
+    if SECRET_KEEPERS & set(config.services) and MASTER_KEY_ENV not in os.environ:
         master_key = ensure_master_key(config.data_dir)
     services = [name for name in SERVICE_NAMES if name in config.services]
     wants_worker = "ingestion" in services and _wants_worker(config)

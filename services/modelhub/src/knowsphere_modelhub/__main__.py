@@ -14,11 +14,11 @@ from knowsphere_modelhub.core import ModelHubCore
 from knowsphere_modelhub.domain.errors import ModelError
 from knowsphere_modelhub.domain.providers import PROVIDERS
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.bus import build_broker
 from knowsphere_runtime.lifecycle import BrokerComponent, Component, StartupError, run_service
 from knowsphere_runtime.rpc import GrpcServer
+from knowsphere_runtime.secrets import KeyRing
 from knowsphere_runtime.settings import load_settings
 from knowsphere_telemetry import build_llm_observer
 

@@ -11,9 +11,10 @@ import structlog
 from knowsphere_modelhub.adapters.local_embedding import BUILTIN_MODELS, MINILM, LocalEmbeddingAdapter
 from knowsphere_modelhub.domain.ports import ModelStore, ProviderAdapter
 from knowsphere_modelhub.domain.registry import Registry
-from knowsphere_modelhub.domain.secrets import KeyRing, MasterKeyError, verify_master_key
+from knowsphere_modelhub.domain.secrets import verify_master_key
 from knowsphere_modelhub.settings import Settings
 from knowsphere_runtime.lifecycle import StartupError
+from knowsphere_runtime.secrets import KeyRing, MasterKeyError
 from knowsphere_telemetry.redaction import redact_text
 
 log = structlog.get_logger(__name__)

@@ -16,7 +16,6 @@ from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere_contracts.vocabulary import MAX_EMBEDDING_DIMENSION
 from knowsphere_modelhub.domain.errors import invalid_field
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord
-from knowsphere_modelhub.domain.secrets import mask
 from knowsphere_modelhub.domain.validation import (
     ProviderInfo,
     check_base_url,
@@ -24,6 +23,7 @@ from knowsphere_modelhub.domain.validation import (
     check_types,
     provider_of,
 )
+from knowsphere_runtime.secrets import mask
 
 ENV_PREFIX = "KS_MODELHUB_"
 ENV_MODEL_ID_PREFIX = "env-"

@@ -30,7 +30,6 @@ from knowsphere_modelhub.domain.environment import load_environment_models
 from knowsphere_modelhub.domain.errors import ModelError, invalid_field
 from knowsphere_modelhub.domain.ports import ModelReferenced, ModelStore, Page, Usage
 from knowsphere_modelhub.domain.records import CallTarget, ModelParams, ModelRecord
-from knowsphere_modelhub.domain.secrets import KeyRing, SecretError, SecretScope, mask
 from knowsphere_modelhub.domain.validation import (
     ProviderInfo,
     check_api_key_length,
@@ -41,6 +40,7 @@ from knowsphere_modelhub.domain.validation import (
     type_list,
     validate_record,
 )
+from knowsphere_runtime.secrets import KeyRing, SecretError, SecretScope, mask
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
