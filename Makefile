@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PROTO_BASE ?= main
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-orchestration bench-prefix bench-gateway bench-multihop eval-intent chaos local-llm clean help
+	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-multihop eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-orchestration  per runnable orchestration mode: overhead per turn, model requests, tokens vs single (last line: JSON)"
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
 	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
+	@echo "make bench-images  each service's image size, estimated from its installed dependency closure (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 	@echo "make chaos    the fault suite alone (tests/chaos): per scenario lost, duplicated, time to recover (JSON lines)"
 
@@ -115,6 +116,9 @@ bench-prefix: $(STAMP)
 LEVELS ?= 1,20,50,100
 bench-gateway: $(STAMP)
 	$(PY) services/gateway/bench/bench_gateway.py --levels $(LEVELS) $(BENCH_ARGS)
+
+bench-images: $(STAMP)
+	$(PY) deploy/docker/service_closure.py sizes
 
 # Query understanding over the labelled intent set, against a running modelhub (make up).
 eval-intent: $(STAMP)
