@@ -824,6 +824,17 @@ def test_production_runs_mutual_tls_between_every_process() -> None:
         assert env["KS_TLS_CERT_FILE"] == "/etc/knowsphere/tls/tls.crt", name
 
 
+def test_production_authenticates_every_nats_client_with_its_own_key() -> None:
+    production = load_yaml_docs(K8S / "overlays" / "production" / "kustomization.yaml")[0]
+    assert "../../components/nats-auth" in production["components"]
+    config = built_shared_config("production")
+    on_bus = {name for name in DEPLOYMENTS if settings_prefix(name) + "NATS_URL" in config}
+    assert on_bus, "no process of production is wired to NATS"
+    for name in on_bus:
+        env = env_values(built_container("production", name))
+        assert env.get("KS_NATS_NKEY_SEED_FILE"), f"{name} reaches NATS without its nkey"
+
+
 # --- entry points --------------------------------------------------------------------------------
 
 # Image knowsphere/<name> (any registry prefix, tag or digest): its entrypoint is
