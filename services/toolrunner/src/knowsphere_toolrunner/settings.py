@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from knowsphere_egress import EgressPolicy
 from knowsphere_runtime.settings import ServiceSettings
+from knowsphere_toolrunner.domain.workspace import WorkspaceLimits
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
 from knowsphere_toolrunner.sandbox.pod_settings import PodSandboxSettings
 from knowsphere_toolrunner.skills.store import SkillLimits
@@ -142,6 +143,8 @@ class Settings(ServiceSettings):
     )
     pod_sandbox: PodSandboxSettings = PodSandboxSettings()
     skills: SkillLimits = SkillLimits()
+    # Deep agents' session workspaces (KS_TOOLRUNNER_WORKSPACE__MAX_FILE_BYTES, …).
+    workspace: WorkspaceLimits = WorkspaceLimits()
     skill_script_timeout_seconds: float = Field(
         default=45.0,
         gt=0,

@@ -17,7 +17,7 @@ from knowsphere_toolrunner.core import McpDiscovery
 from knowsphere_toolrunner.domain.catalog import Catalogue
 from knowsphere_toolrunner.domain.execution import ExecutionLimits, ToolExecutor
 from knowsphere_toolrunner.domain.externalise import ExternaliseLimits, Externaliser
-from knowsphere_toolrunner.domain.ports import Distiller, ToolResultStore
+from knowsphere_toolrunner.domain.ports import Distiller, ToolResultStore, ToolStore
 from knowsphere_toolrunner.domain.skill_runs import ScriptRunner, SkillRunner, UnavailableSandbox
 from knowsphere_toolrunner.domain.tools.base import Tool
 from knowsphere_toolrunner.domain.tools.generation import GeneratePptx
@@ -33,6 +33,12 @@ from knowsphere_toolrunner.domain.tools.planning import WritePlan
 from knowsphere_toolrunner.domain.tools.skills import ExecuteSkillScript, ReadFile
 from knowsphere_toolrunner.domain.tools.stored import GetStoredData
 from knowsphere_toolrunner.domain.tools.web import WebFetch, WebFetchLimits, WebSearch, WebSearchLimits
+from knowsphere_toolrunner.domain.tools.workspace import (
+    WorkspaceEdit,
+    WorkspaceList,
+    WorkspaceRead,
+    WorkspaceWrite,
+)
 from knowsphere_toolrunner.domain.web_search import NoSearchProvider, SearchProvider
 from knowsphere_toolrunner.sandbox import SandboxError, ScriptSandbox
 from knowsphere_toolrunner.sandbox.pod import PodSandbox
@@ -81,7 +87,7 @@ def build_search_provider(settings: Settings, egress: EgressClient) -> SearchPro
 def build_tools(
     settings: Settings,
     reader: KnowledgeReader,
-    store: ToolResultStore,
+    store: ToolStore,
     skills: SkillStore,
     skill_runner: SkillRunner,
     egress: EgressClient,
@@ -113,7 +119,17 @@ def build_tools(
         ),
         GetStoredData(store, page_chars=settings.stored_page_chars, timeout=settings.tool_timeout_seconds),
         ReadFile(skills, max_chars=settings.skill_read_text_chars, timeout=settings.tool_timeout_seconds),
-        ExecuteSkillScript(skill_runner, settings.sandbox, timeout=settings.skill_script_timeout_seconds),
+        ExecuteSkillScript(
+            skill_runner,
+            settings.sandbox,
+            timeout=settings.skill_script_timeout_seconds,
+            workspace=store,
+            workspace_limits=settings.workspace,
+        ),
+        WorkspaceList(store, settings.workspace),
+        WorkspaceRead(store, settings.workspace),
+        WorkspaceWrite(store, settings.workspace),
+        WorkspaceEdit(store, settings.workspace),
         WebSearch(
             build_search_provider(settings, egress),
             WebSearchLimits(
@@ -174,7 +190,7 @@ class Servicers:
 
 def build_servicers(
     settings: Settings,
-    store: ToolResultStore,
+    store: ToolStore,
     reader: KnowledgeReader,
     models: ChatCompleter,
     skills: SkillStore,

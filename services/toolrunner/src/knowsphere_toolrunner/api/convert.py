@@ -40,6 +40,7 @@ def context_of(
         skill_names=tuple(message.skill_names),
         language=message.language,
         agent_id=message.agent_id,
+        workspace=message.workspace,
     )
 
 

@@ -65,8 +65,8 @@ class ToolServicer:
 
     async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
         # The answer depends only on which switches are on, the selection as a set, whether skills are
-        # bound and whether one of them has scripts (never on the ids), so every turn with the same
-        # shape shares one ready answer.
+        # bound, whether one of them has scripts and the workspace (never on the ids), so every turn
+        # with the same shape shares one ready answer.
         switches = request.switches
         skill_scripts = bool(request.skill_names) and await self._bound_skill_has_scripts(request.skill_names)
         key = (
@@ -77,6 +77,7 @@ class ToolServicer:
             bool(request.skill_names),
             skill_scripts,
             request.catalog_view,
+            request.workspace,
         )
         cached = self._listings.get(key)
         if cached is not None:
@@ -87,6 +88,7 @@ class ToolServicer:
             tuple(request.skill_names),
             skill_scripts=skill_scripts,
             catalog_view=request.catalog_view,
+            workspace=request.workspace,
         )
         response = pb.ListToolsResponse(
             tools=[self._spec_messages[spec.name] for spec in listing.tools],

@@ -6,8 +6,9 @@ always give the same list with the same schema texts: it is part of the cached p
 
 Trimming: a knowledge-base tool needs a selected knowledge base, a web tool web search on, the graph
 tool the graph on as well as a knowledge base; run-time tools are never selected by agents: read_file
-comes with bound skills, execute_skill_script when one of them has scripts, get_stored_data always.
-write_plan and generate_pptx depend on no switch.
+comes with bound skills, execute_skill_script when one of them has scripts, the workspace tools when
+the agent works in the session's workspace (a deep agent), get_stored_data always. write_plan and
+generate_pptx depend on no switch.
 
 An agent selects tools by name, or all tools of an MCP server by the server's name (``crm`` selects
 ``crm__lookup`` and ``crm__update``), so an agent's MCP servers are part of its configuration.
@@ -27,11 +28,19 @@ REASONS = {
     Needs.KNOWLEDGE_GRAPH: "the knowledge graph is off this turn",
     Needs.SKILLS: "no skill is bound to the agent",
     Needs.SKILL_SCRIPTS: "no skill bound to the agent has scripts",
+    Needs.WORKSPACE: "the agent has no workspace (only deep agents work in one)",
 }
 UNKNOWN_TOOL = "unknown tool"
 # Checked in this order, so a tool missing two switches names the first (the graph tool without a
 # knowledge base says "no knowledge base").
-_NEEDS_ORDER = (Needs.KNOWLEDGE_BASE, Needs.KNOWLEDGE_GRAPH, Needs.WEB, Needs.SKILLS, Needs.SKILL_SCRIPTS)
+_NEEDS_ORDER = (
+    Needs.KNOWLEDGE_BASE,
+    Needs.KNOWLEDGE_GRAPH,
+    Needs.WEB,
+    Needs.SKILLS,
+    Needs.SKILL_SCRIPTS,
+    Needs.WORKSPACE,
+)
 
 
 @dataclass(frozen=True)
@@ -55,16 +64,22 @@ def _order(spec: ToolSpec) -> tuple[int, str]:
 
 
 def missing_switch(
-    spec: ToolSpec, switches: TurnSwitches, skill_names: Sequence[str], *, skill_scripts: bool
+    spec: ToolSpec,
+    switches: TurnSwitches,
+    skill_names: Sequence[str],
+    *,
+    skill_scripts: bool,
+    workspace: bool = False,
 ) -> str | None:
     """Why ``spec`` cannot run this turn, or None when it can. ``skill_scripts``: a bound skill has
-    scripts (the caller looked the skills up)."""
+    scripts (the caller looked the skills up); ``workspace``: the agent works in a workspace."""
     present = {
         Needs.KNOWLEDGE_BASE: bool(switches.knowledge_base_ids),
         Needs.WEB: switches.web_search,
         Needs.KNOWLEDGE_GRAPH: switches.knowledge_graph,
         Needs.SKILLS: bool(skill_names),
         Needs.SKILL_SCRIPTS: bool(skill_names) and skill_scripts,
+        Needs.WORKSPACE: workspace,
     }
     for need in _NEEDS_ORDER:
         if need in spec.needs and not present[need]:
@@ -104,9 +119,11 @@ class Catalogue:
         *,
         skill_scripts: bool = False,
         catalog_view: bool = False,
+        workspace: bool = False,
     ) -> Listing:
         """The tools of one turn in catalogue order, and the selected ones left out with the reason.
-        ``skill_scripts``: one of the bound skills has scripts (execute_skill_script is offered)."""
+        ``skill_scripts``: one of the bound skills has scripts (execute_skill_script is offered);
+        ``workspace``: the agent works in the session's workspace (the workspace tools are offered)."""
         if catalog_view:
             return Listing(tuple(s for s in self.specs if s.selectable), ())
         selected = set(tool_names)
@@ -114,7 +131,10 @@ class Catalogue:
         omitted: list[Omitted] = []
         for spec in self.specs:
             if spec.category == ToolCategory.RUNTIME:
-                if missing_switch(spec, switches, skill_names, skill_scripts=skill_scripts) is None:
+                missing = missing_switch(
+                    spec, switches, skill_names, skill_scripts=skill_scripts, workspace=workspace
+                )
+                if missing is None:
                     tools.append(spec)
                 continue
             if selected and spec.name not in selected and spec.group not in selected:

@@ -177,7 +177,9 @@ class ToolExecutor:
         spec = tool.spec
         # Whether the named skill has that script is execute_skill_script's own check, with a clearer
         # answer than "unavailable this turn".
-        reason = missing_switch(spec, context.switches, context.skill_names, skill_scripts=True)
+        reason = missing_switch(
+            spec, context.switches, context.skill_names, skill_scripts=True, workspace=context.workspace
+        )
         if reason is not None:
             return _failure(
                 ToolErrorCode.UNAVAILABLE_THIS_TURN, f"{name} cannot be used this turn: {reason}."

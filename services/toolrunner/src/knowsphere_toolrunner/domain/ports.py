@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Protocol
 
 from knowsphere.toolrunner.v1.toolrunner_enums import ContentFormat
+from knowsphere_toolrunner.domain.workspace import WorkspaceStore
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class ToolResultStore(Protocol):
         self, tenant_id: str, user_id: str, artifact_id: str
     ) -> tuple[StoredArtifact, bytes] | None:
         """The artifact and its bytes, only for the tenant and user whose call produced it."""
+
+
+class ToolStore(ToolResultStore, WorkspaceStore, Protocol):
+    """The service's one store: results, artifacts and deep agents' workspaces."""
 
 
 class DistillationFailed(Exception):

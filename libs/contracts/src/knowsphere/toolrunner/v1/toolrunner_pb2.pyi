@@ -99,16 +99,18 @@ class OmittedTool(_message.Message):
     def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("switches", "tool_names", "skill_names", "catalog_view")
+    __slots__ = ("switches", "tool_names", "skill_names", "catalog_view", "workspace")
     SWITCHES_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAMES_FIELD_NUMBER: _ClassVar[int]
     SKILL_NAMES_FIELD_NUMBER: _ClassVar[int]
     CATALOG_VIEW_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     switches: TurnSwitches
     tool_names: _containers.RepeatedScalarFieldContainer[str]
     skill_names: _containers.RepeatedScalarFieldContainer[str]
     catalog_view: bool
-    def __init__(self, switches: _Optional[_Union[TurnSwitches, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., catalog_view: _Optional[bool] = ...) -> None: ...
+    workspace: bool
+    def __init__(self, switches: _Optional[_Union[TurnSwitches, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., catalog_view: _Optional[bool] = ..., workspace: _Optional[bool] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("tools", "omitted")
@@ -145,7 +147,7 @@ class Source(_message.Message):
     def __init__(self, label: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[_Union[SourceKind, str]] = ..., handle: _Optional[str] = ..., chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., file_name: _Optional[str] = ..., knowledge_base_id: _Optional[str] = ..., url: _Optional[str] = ..., title: _Optional[str] = ..., snippet: _Optional[str] = ...) -> None: ...
 
 class ToolContext(_message.Message):
-    __slots__ = ("session_id", "turn_id", "switches", "skill_names", "sources", "language", "agent_id")
+    __slots__ = ("session_id", "turn_id", "switches", "skill_names", "sources", "language", "agent_id", "workspace")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SWITCHES_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +155,7 @@ class ToolContext(_message.Message):
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     switches: TurnSwitches
@@ -160,7 +163,8 @@ class ToolContext(_message.Message):
     sources: _containers.RepeatedCompositeFieldContainer[Source]
     language: str
     agent_id: str
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., switches: _Optional[_Union[TurnSwitches, _Mapping]] = ..., skill_names: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., language: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    workspace: bool
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., switches: _Optional[_Union[TurnSwitches, _Mapping]] = ..., skill_names: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., language: _Optional[str] = ..., agent_id: _Optional[str] = ..., workspace: _Optional[bool] = ...) -> None: ...
 
 class ExecuteToolRequest(_message.Message):
     __slots__ = ("name", "arguments", "tool_call_id", "context")

@@ -40,6 +40,8 @@ class Needs(StrEnum):
     SKILLS = "skills"
     SKILL_SCRIPTS = "skill_scripts"
     """A bound skill has scripts (execute_skill_script)."""
+    WORKSPACE = "workspace"
+    """The agent works in the session's file workspace (a deep agent)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class ToolContext:
     skill_names: tuple[str, ...] = ()
     language: str = ""
     agent_id: str = ""
+    workspace: bool = False
+    """The agent works in the session's file workspace (the workspace tools; skill scripts see it)."""
 
 
 @dataclass(frozen=True)

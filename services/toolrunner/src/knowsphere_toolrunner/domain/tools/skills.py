@@ -1,5 +1,8 @@
 """The skill tools injected when skills are bound to the agent: ``read_file`` (a file of a bound skill,
-its SKILL.md first) and ``execute_skill_script`` (one of its scripts in the sandbox).
+its SKILL.md first) and ``execute_skill_script`` (one of its scripts in the sandbox). For an agent that
+works in a workspace (a deep agent), a script finds the workspace's files in ``/workspace/input`` and
+what it writes to ``/workspace/output`` is added to the workspace under ``output/`` as well as returned
+as artifacts.
 
 Both reach only the caller's tenant's skills and only those bound to the agent (``ToolContext
 .skill_names``); anything else reads as missing. Paths are checked by the skills store (no ``..``,
@@ -15,7 +18,7 @@ from typing import Any
 
 from knowsphere.toolrunner.v1.toolrunner_enums import ToolCategory
 from knowsphere_toolrunner.domain.artifacts import Owner
-from knowsphere_toolrunner.domain.skill_runs import SCRIPT_TOOL_NAME, SkillRunner
+from knowsphere_toolrunner.domain.skill_runs import SCRIPT_TOOL_NAME, SkillRun, SkillRunner
 from knowsphere_toolrunner.domain.tools.base import (
     BadArguments,
     Needs,
@@ -24,6 +27,13 @@ from knowsphere_toolrunner.domain.tools.base import (
     ToolOutput,
     ToolProblem,
     ToolSpec,
+)
+from knowsphere_toolrunner.domain.workspace import (
+    WorkspaceError,
+    WorkspaceKey,
+    WorkspaceLimits,
+    WorkspaceStore,
+    check_size,
 )
 from knowsphere_toolrunner.sandbox.limits import SandboxLimits
 from knowsphere_toolrunner.sandbox.model import SandboxError, SandboxErrorCode
@@ -139,16 +149,63 @@ class ReadFile:
         return ToolOutput(text)
 
 
+OUTPUT_DIR = "output/"
+"""Where a script's output files go in the workspace."""
+
+
 class ExecuteSkillScript:
-    def __init__(self, runner: SkillRunner, limits: SandboxLimits, *, timeout: float) -> None:
+    def __init__(
+        self,
+        runner: SkillRunner,
+        limits: SandboxLimits,
+        *,
+        timeout: float,
+        workspace: WorkspaceStore | None = None,
+        workspace_limits: WorkspaceLimits | None = None,
+    ) -> None:
         self._runner = runner
+        self._limits = limits
+        self._workspace = workspace
+        self._workspace_limits = workspace_limits or WorkspaceLimits()
         self.spec = execute_skill_script_spec(limits, timeout)
+
+    async def _inputs(self, key: WorkspaceKey) -> dict[str, bytes]:
+        """The workspace's files for the script, within the sandbox's input limits (the workspace's
+        own limits are lower by default; a file past them is left out and the script sees fewer)."""
+        assert self._workspace is not None
+        inputs: dict[str, bytes] = {}
+        total = 0
+        for entry in await self._workspace.list_files(key):
+            if len(inputs) >= self._limits.max_input_files:
+                break
+            if total + entry.size_bytes > self._limits.max_input_bytes:
+                continue
+            data = await self._workspace.read_file(key, entry.path)
+            if data is not None:
+                inputs[entry.path] = data
+                total += len(data)
+        return inputs
+
+    async def _keep_outputs(self, key: WorkspaceKey, run: SkillRun) -> list[dict[str, str]]:
+        """Adds the script's output files to the workspace; returns those it could not keep, and why."""
+        assert self._workspace is not None
+        refused = []
+        for output in run.outputs:
+            path = OUTPUT_DIR + output.path
+            try:
+                check_size(output.content, self._workspace_limits)
+                await self._workspace.write_file(key, path, output.content, self._workspace_limits)
+            except WorkspaceError as error:
+                refused.append({"path": path, "reason": str(error)})
+        return refused
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
         skill = arguments["skill"]
         if skill not in context.skill_names:
             raise NothingFound(f"skill: no skill {skill!r} is bound to you")
         owner = Owner(context.tenant_id, context.user_id, context.session_id, context.turn_id)
+        key = WorkspaceKey(context.tenant_id, context.user_id, context.session_id)
+        in_workspace = context.workspace and self._workspace is not None
         try:
             run = await self._runner.run(
                 owner,
@@ -156,14 +213,21 @@ class ExecuteSkillScript:
                 arguments["script"],
                 args=tuple(arguments.get("args", ())),
                 stdin=arguments.get("stdin", "").encode(),
+                inputs=await self._inputs(key) if in_workspace else None,
             )
         except SkillError as error:
             raise skill_problem(error) from None
         except SandboxError as error:
             raise sandbox_problem(error) from None
         result = run.result
+        workspace: dict[str, Any] = {}
+        if in_workspace:
+            not_kept = await self._keep_outputs(key, run)
+            outputs = [OUTPUT_DIR + o.path for o in run.outputs]
+            workspace = {"workspace_outputs": outputs, "not_kept_in_workspace": not_kept}
         return ToolOutput(
             {
+                **workspace,
                 "exit_code": result.exit_code,
                 "signal": result.signal,
                 "timed_out": result.timed_out,
