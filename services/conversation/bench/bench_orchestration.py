@@ -398,7 +398,8 @@ def configs(agents: dict[str, str], kb_id: str) -> dict[Mode, dict[str, Any]]:
             ],
         },
         Mode.DEEP_AGENT: {"agent_id": handbook},
-        Mode.EXTERNAL: {"integration_type": "dify"},
+        # Saved (its name does not resolve: checked again at the call) but not scripted: no peer here.
+        Mode.EXTERNAL: {"provider": "n8n", "base_url": "https://n8n.invalid/webhook/bench"},
     }
 
 

@@ -193,12 +193,15 @@ async def test_orchestrators_are_checked_when_saved_and_hold_their_agents(servic
             name="front-desk", mode=1, config=config({"agent_id": billing.id})
         )
         assert "name" in await refused(stub.CreateOrchestrator(again), grpc.StatusCode.ALREADY_EXISTS)
+        # An external orchestrator's shape is checked like any other (test_external.py covers the rest).
         external = pb.CreateOrchestratorRequest(
             name="dify",
             mode=pb.ORCHESTRATION_MODE_EXTERNAL,
             config=config({"integration_type": "dify", "api_url": "https://x", "api_key": "k"}),
         )
-        assert "not built" in await refused(stub.CreateOrchestrator(external), grpc.StatusCode.UNIMPLEMENTED)
+        assert "config.integration_type" in await refused(
+            stub.CreateOrchestrator(external), grpc.StatusCode.INVALID_ARGUMENT
+        )
         flow = pb.CreateOrchestratorRequest(
             name="flow",
             mode=pb.ORCHESTRATION_MODE_WORKFLOW,

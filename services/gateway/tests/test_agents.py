@@ -334,13 +334,13 @@ async def test_a_config_that_does_not_fit_its_mode_is_refused_naming_the_field(a
         assert refused.status_code == 422, (body, refused.text)
         assert refused.json()["error"]["field"] == field, refused.json()
 
-    # A mode that cannot be configured yet says so, naming the mode.
+    # An external orchestrator's configuration is checked like any other mode's, naming the field.
     external = await http.post(
         "/api/v1/orchestrators",
         headers=admin,
         json={"name": "desk", "mode": "external", "config": {"integration_type": "dify"}},
     )
-    assert external.status_code == 501 and external.json()["error"]["field"] == "mode"
+    assert external.status_code == 400 and external.json()["error"]["field"] == "config.integration_type"
     assert (await http.get("/api/v1/orchestrators", headers=admin)).json()["orchestrators"] == []
 
 

@@ -12,6 +12,7 @@ from knowsphere_clients import (
 )
 from knowsphere_conversation import SERVICE_NAME
 from knowsphere_conversation.adapters.checkpoints import CheckpointStore
+from knowsphere_conversation.adapters.external import HttpPeers
 from knowsphere_conversation.adapters.memory import MemoryContext
 from knowsphere_conversation.adapters.nats import LEASE_BUCKET, KvSessionLeases, StreamEventLog, TurnCanceller
 from knowsphere_conversation.adapters.retrieval import RetrievalSearch
@@ -23,14 +24,23 @@ from knowsphere_conversation.api.grpc import (
     OrchestratorServicer,
     build_binding,
 )
+from knowsphere_conversation.domain.external import ExternalSupport, OrchestratorKeys, rotate_keys
 from knowsphere_conversation.domain.graph import TurnLimits
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.turns import TurnRunner
 from knowsphere_conversation.settings import Settings
 from knowsphere_runtime.bus import build_broker
-from knowsphere_runtime.lifecycle import BrokerComponent, ChannelsComponent, Component, run_service
+from knowsphere_runtime.lifecycle import (
+    BrokerComponent,
+    ChannelsComponent,
+    Component,
+    StartupError,
+    run_service,
+)
 from knowsphere_runtime.rpc import GrpcServer
+from knowsphere_runtime.secrets import KeyRing, MasterKeyError, verify_master_key
 from knowsphere_runtime.settings import load_settings
+from knowsphere_runtime.streams import STREAM_REPLICAS
 
 
 def limits(settings: Settings) -> TurnLimits:
@@ -44,13 +54,25 @@ def limits(settings: Settings) -> TurnLimits:
 
 
 class SessionsComponent:
+    """The session store; with a key ring, MASTER_KEY is checked against the stored keys once it is open
+    (and they are moved off a previous one)."""
+
     name = "sessions"
 
-    def __init__(self, store: SqlSessionStore) -> None:
+    def __init__(self, store: SqlSessionStore, ring: KeyRing | None = None) -> None:
         self.store = store
+        self.ring = ring
 
     async def start(self) -> object:
         await self.store.open()
+        if self.ring is not None:
+            ring = self.ring
+            try:
+                await verify_master_key(
+                    self.store, ring, lambda: rotate_keys(self.store, ring), owner="this conversation service"
+                )
+            except MasterKeyError as error:
+                raise StartupError(str(error)) from None
         return None
 
     async def stop(self, grace: float | None = None) -> None:
@@ -79,6 +101,13 @@ def main() -> None:
         broker.include_router(bus.router)
         checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
         sessions = SqlSessionStore(settings.sqlalchemy_url())
+        ring = (
+            KeyRing.from_strings(settings.master_key.get_secret_value(), settings.master_key_previous)
+            if settings.master_key is not None
+            else None
+        )
+        keys = OrchestratorKeys(ring)
+        peers = HttpPeers(settings.egress, answer_seconds=settings.external_answer_seconds)
         memory = MemoryClient(channels["memory"])
         runner = TurnRunner(
             lambda: checkpoints.graph,
@@ -90,12 +119,15 @@ def main() -> None:
             publish_completed=bus.publish_completed,
             limits=limits(settings),
             leases=KvSessionLeases(
-                lambda: broker.key_value(LEASE_BUCKET, ttl=settings.turn_ack_wait_seconds),
+                lambda: broker.key_value(
+                    LEASE_BUCKET, ttl=settings.turn_ack_wait_seconds, replicas=STREAM_REPLICAS
+                ),
                 ttl=settings.turn_ack_wait_seconds,
             ),
             event_log=StreamEventLog(lambda: broker.config.connection_state.stream),
             sessions=sessions,
             agents=sessions,
+            external=ExternalSupport(peers, sessions, keys),
         )
         broker.context.set_global(TURN_RUNNER, runner)
 
@@ -122,12 +154,19 @@ def main() -> None:
         server = GrpcServer(
             name=SERVICE_NAME,
             bind=settings.grpc_bind,
-            bindings=[build_binding(servicer, AgentServicer(sessions), OrchestratorServicer(sessions))],
+            bindings=[
+                build_binding(
+                    servicer,
+                    AgentServicer(sessions),
+                    OrchestratorServicer(sessions, keys=keys, egress=settings.egress),
+                )
+            ],
             grace=settings.shutdown_grace_seconds,
         )
         return [
             ChannelsComponent(list(channels.values())),
-            SessionsComponent(sessions),
+            SessionsComponent(sessions, ring),
+            peers,
             checkpoints,
             server,
             BrokerComponent(broker),

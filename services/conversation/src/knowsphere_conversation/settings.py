@@ -1,13 +1,26 @@
-"""Settings of the conversation service (environment variables prefixed ``KS_CONVERSATION_``)."""
+"""Settings of the conversation service (environment variables prefixed ``KS_CONVERSATION_``).
 
-from pydantic import Field
+``MASTER_KEY`` (no prefix; the same as modelhub's) encrypts the API keys of external orchestrators, and
+``MASTER_KEY_PREVIOUS`` (comma-separated) lists keys older ones may still be encrypted with, for
+rotation (:mod:`knowsphere_runtime.secrets`). Without it the service runs, but an external orchestrator
+with a key cannot be saved. The egress guard's policy for calls to external applications is a nested
+group: ``KS_CONVERSATION_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
+``KS_CONVERSATION_EGRESS__ALLOWED_PORTS='[80,443,8080]'`` …
+"""
+
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from knowsphere_egress import EgressPolicy
 from knowsphere_runtime.settings import ServiceSettings
 
 
 class Settings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="KS_CONVERSATION_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KS_CONVERSATION_", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
 
     grpc_port: int = Field(default=7411, ge=1, le=65535)
     nats_url: str = Field(description="NATS server carrying chat requests and turn events")
@@ -52,6 +65,35 @@ class Settings(ServiceSettings):
     extract_chars: int = Field(
         default=1200, ge=100, le=20_000, description="characters quoted without a model"
     )
+    master_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MASTER_KEY", "KS_CONVERSATION_MASTER_KEY"),
+        min_length=16,
+        description="secret the external orchestrators' API keys are encrypted with (the same as "
+        "modelhub's): 32 random bytes in base64, or a passphrase of at least 16 characters",
+    )
+    master_key_previous: str = Field(
+        default="",
+        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_CONVERSATION_MASTER_KEY_PREVIOUS"),
+        description="comma-separated earlier master keys, for rotation",
+    )
+    egress: EgressPolicy = Field(
+        default=EgressPolicy(),
+        description="the egress guard of calls to external orchestrators' applications (allowed ports, "
+        "allow-listed networks and hosts, connect timeout, bytes per answer)",
+    )
+    external_answer_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        le=3600,
+        description="the longest an external orchestrator's application may take for a whole answer",
+    )
+
+    @field_validator("master_key", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:
+        # MASTER_KEY= (empty) reads as not set, not as a too-short key.
+        return None if isinstance(value, str) and not value.strip() else value
 
     def sqlalchemy_url(self) -> str:
         """The sessions' database: ``database_url``, or SQLite in the data dir."""

@@ -2,7 +2,14 @@
 PostgreSQL in production (``KS_CONVERSATION_DATABASE_URL``). Every statement filters by owner: sessions
 by tenant and user, agents and orchestrators by tenant. Agents and orchestrators are kept as their
 contract messages (JSON), with their names as columns for uniqueness and ordering; an orchestrator's
-member agents are rows of their own, so deleting an agent can see who still runs it."""
+member agents are rows of their own, so deleting an agent can see who still runs it.
+
+An external orchestrator's API key is never part of its record: its ciphertext (sealed by the key ring,
+see :mod:`~knowsphere_conversation.domain.external`) is a row of ``orchestrator_secrets``, written in the
+same transaction as the record. ``external_conversations`` keeps each session's conversation id at its
+peer (Dify's ``conversation_id``, an A2A context id), and ``conversation_settings`` the key ring's
+installation salt and start-up check value (its own name: a database shared with modelhub must not
+share them)."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
+from knowsphere_conversation.domain.external import SecretChanges, StoredSecret
 from knowsphere_conversation.domain.sessions import SessionPage, SessionRecord
 from knowsphere_runtime.identity import Identity
 from knowsphere_sqlstore import SqlDatabase, UtcDateTime
@@ -83,6 +91,35 @@ orchestrator_members = Table(
     Column("orchestrator_id", String(), primary_key=True),
     Column("agent_id", String(), primary_key=True),
     Index("ix_orchestrator_members_agent", "tenant_id", "agent_id"),
+)
+
+
+orchestrator_secrets = Table(
+    "orchestrator_secrets",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("orchestrator_id", String(), primary_key=True),
+    Column("name", String(), primary_key=True),
+    Column("ciphertext", Text, nullable=False),
+)
+
+external_conversations = Table(
+    "external_conversations",
+    metadata,
+    Column("tenant_id", String(), primary_key=True),
+    Column("user_id", String(), primary_key=True),
+    Column("session_id", String(), primary_key=True),
+    Column("orchestrator_id", String(), primary_key=True),
+    Column("peer", Text, nullable=False),
+    Column("conversation_id", Text, nullable=False),
+    Column("update_time", UtcDateTime, nullable=False),
+)
+
+conversation_settings = Table(
+    "conversation_settings",
+    metadata,
+    Column("key", String(), primary_key=True),
+    Column("value", Text, nullable=False),
 )
 
 
@@ -173,6 +210,15 @@ class SqlSessionStore:
 
     async def delete(self, owner: Identity, session_id: str) -> bool:
         async with self._db.engine.begin() as conn:
+            await conn.execute(
+                delete(external_conversations).where(
+                    and_(
+                        external_conversations.c.tenant_id == owner.tenant_id,
+                        external_conversations.c.user_id == owner.user_id,
+                        external_conversations.c.session_id == session_id,
+                    )
+                )
+            )
             result = await conn.execute(delete(sessions).where(_owned(owner, session_id)))
         return bool(result.rowcount)
 
@@ -263,8 +309,31 @@ class SqlSessionStore:
                 ],
             )
 
-    async def create_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool:
-        """False when the tenant already has an orchestrator of that name."""
+    async def _write_secrets(
+        self, conn: Any, tenant_id: str, orchestrator_id: str, secrets: SecretChanges | None
+    ) -> None:
+        for name, ciphertext in (secrets or {}).items():
+            await conn.execute(
+                delete(orchestrator_secrets).where(
+                    and_(
+                        orchestrator_secrets.c.tenant_id == tenant_id,
+                        orchestrator_secrets.c.orchestrator_id == orchestrator_id,
+                        orchestrator_secrets.c.name == name,
+                    )
+                )
+            )
+            if ciphertext is not None:
+                await conn.execute(
+                    insert(orchestrator_secrets).values(
+                        tenant_id=tenant_id, orchestrator_id=orchestrator_id, name=name, ciphertext=ciphertext
+                    )
+                )
+
+    async def create_orchestrator(
+        self, tenant_id: str, orchestrator: pb.Orchestrator, *, secrets: SecretChanges | None = None
+    ) -> bool:
+        """False when the tenant already has an orchestrator of that name. ``secrets`` are written in
+        the same transaction."""
         try:
             async with self._db.engine.begin() as conn:
                 await conn.execute(
@@ -278,6 +347,7 @@ class SqlSessionStore:
                     )
                 )
                 await self._write_members(conn, tenant_id, orchestrator)
+                await self._write_secrets(conn, tenant_id, orchestrator.id, secrets)
         except IntegrityError:
             return False
         return True
@@ -311,8 +381,11 @@ class SqlSessionStore:
         found = [json_format.Parse(r.record, pb.Orchestrator()) for r in rows[:limit]]
         return found, offset + limit if len(rows) > limit else None
 
-    async def replace_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool:
-        """False when another orchestrator of the tenant already has the new name."""
+    async def replace_orchestrator(
+        self, tenant_id: str, orchestrator: pb.Orchestrator, *, secrets: SecretChanges | None = None
+    ) -> bool:
+        """False when another orchestrator of the tenant already has the new name. ``secrets`` are
+        written in the same transaction; those not named stay as they are."""
         try:
             async with self._db.engine.begin() as conn:
                 await conn.execute(
@@ -328,12 +401,19 @@ class SqlSessionStore:
                     )
                 )
                 await self._write_members(conn, tenant_id, orchestrator)
+                await self._write_secrets(conn, tenant_id, orchestrator.id, secrets)
         except IntegrityError:
             return False
         return True
 
     async def delete_orchestrator(self, tenant_id: str, orchestrator_id: str) -> bool:
         async with self._db.engine.begin() as conn:
+            for table in (orchestrator_secrets, external_conversations):
+                await conn.execute(
+                    delete(table).where(
+                        and_(table.c.tenant_id == tenant_id, table.c.orchestrator_id == orchestrator_id)
+                    )
+                )
             await conn.execute(
                 delete(orchestrator_members).where(
                     and_(
@@ -369,6 +449,126 @@ class SqlSessionStore:
         )
         async with self._db.engine.connect() as conn:
             return [row.name for row in (await conn.execute(query)).all()]
+
+    # --- external orchestrators' secrets and peer conversations -----------------------------------
+
+    async def get_orchestrator_secret(self, tenant_id: str, orchestrator_id: str, name: str) -> str | None:
+        query = select(orchestrator_secrets.c.ciphertext).where(
+            and_(
+                orchestrator_secrets.c.tenant_id == tenant_id,
+                orchestrator_secrets.c.orchestrator_id == orchestrator_id,
+                orchestrator_secrets.c.name == name,
+            )
+        )
+        async with self._db.engine.connect() as conn:
+            value = (await conn.execute(query)).scalar()
+        return str(value) if value is not None else None
+
+    async def list_orchestrator_secrets(self) -> list[StoredSecret]:
+        """Every tenant's: for the key ring's rotation at start-up."""
+        query = select(orchestrator_secrets).order_by(
+            orchestrator_secrets.c.tenant_id,
+            orchestrator_secrets.c.orchestrator_id,
+            orchestrator_secrets.c.name,
+        )
+        async with self._db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [StoredSecret(r.tenant_id, r.orchestrator_id, r.name, r.ciphertext) for r in rows]
+
+    async def replace_orchestrator_secret(self, secret: StoredSecret, new_ciphertext: str) -> bool:
+        """Only when the row still holds ``secret.ciphertext`` (an update in between wins)."""
+        statement = (
+            update(orchestrator_secrets)
+            .where(
+                and_(
+                    orchestrator_secrets.c.tenant_id == secret.tenant_id,
+                    orchestrator_secrets.c.orchestrator_id == secret.orchestrator_id,
+                    orchestrator_secrets.c.name == secret.name,
+                    orchestrator_secrets.c.ciphertext == secret.ciphertext,
+                )
+            )
+            .values(ciphertext=new_ciphertext)
+        )
+        async with self._db.engine.begin() as conn:
+            result = await conn.execute(statement)
+        return bool(result.rowcount)
+
+    async def get_peer_conversation(
+        self, owner: Identity, session_id: str, orchestrator_id: str, peer: str
+    ) -> str:
+        """The session's conversation id at ``peer``; empty when there is none (or it was another
+        peer's: the orchestrator was pointed elsewhere since)."""
+        query = select(external_conversations.c.peer, external_conversations.c.conversation_id).where(
+            and_(
+                external_conversations.c.tenant_id == owner.tenant_id,
+                external_conversations.c.user_id == owner.user_id,
+                external_conversations.c.session_id == session_id,
+                external_conversations.c.orchestrator_id == orchestrator_id,
+            )
+        )
+        async with self._db.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return str(row.conversation_id) if row is not None and row.peer == peer else ""
+
+    async def put_peer_conversation(
+        self, owner: Identity, session_id: str, orchestrator_id: str, peer: str, conversation_id: str
+    ) -> None:
+        values = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "session_id": session_id,
+            "orchestrator_id": orchestrator_id,
+            "peer": peer,
+            "conversation_id": conversation_id,
+            "update_time": datetime.now(UTC),
+        }
+        statement = self._db.insert(external_conversations).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=[
+                external_conversations.c.tenant_id,
+                external_conversations.c.user_id,
+                external_conversations.c.session_id,
+                external_conversations.c.orchestrator_id,
+            ],
+            set_={
+                "peer": statement.excluded.peer,
+                "conversation_id": statement.excluded.conversation_id,
+                "update_time": statement.excluded.update_time,
+            },
+        )
+        async with self._db.engine.begin() as conn:
+            await conn.execute(statement)
+
+    # --- the key ring's settings (knowsphere_runtime.secrets.SettingsStore) -----------------------
+
+    async def get_setting(self, key: str) -> str | None:
+        query = select(conversation_settings.c.value).where(conversation_settings.c.key == key)
+        async with self._db.engine.connect() as conn:
+            value = (await conn.execute(query)).scalar()
+        return str(value) if value is not None else None
+
+    async def put_setting(self, key: str, value: str) -> None:
+        statement = self._db.insert(conversation_settings).values(key=key, value=value)
+        statement = statement.on_conflict_do_update(
+            index_elements=[conversation_settings.c.key], set_={"value": statement.excluded.value}
+        )
+        async with self._db.engine.begin() as conn:
+            await conn.execute(statement)
+
+    async def add_setting(self, key: str, value: str) -> str:
+        """Stores ``value`` unless ``key`` has one; returns what is stored (replicas starting together
+        agree on the first)."""
+        statement = (
+            self._db.insert(conversation_settings).values(key=key, value=value).on_conflict_do_nothing()
+        )
+        async with self._db.engine.begin() as conn:
+            await conn.execute(statement)
+            stored = (
+                await conn.execute(
+                    select(conversation_settings.c.value).where(conversation_settings.c.key == key)
+                )
+            ).scalar()
+        return str(stored)
 
 
 __all__ = ["SqlSessionStore"]

@@ -4,10 +4,18 @@ Sessions (CreateSession … DeleteSession), their history (ListMessages, read fr
 CancelTurn are served here, and the tenant's agents and orchestrators; chat turns arrive on the bus
 (``api/bus.py``). The streaming Chat RPC is not built and answers UNIMPLEMENTED naming the capability.
 Another caller's session (another tenant's agent or orchestrator) is NOT_FOUND, never "forbidden".
+
+An external orchestrator's ``config.api_key`` is write-only: it is sealed with the key ring and kept
+apart from the record (FAILED_PRECONDITION naming MASTER_KEY when the service has none); what is read
+back is ``config.api_key_hint``, the key masked. An update without ``api_key`` keeps the stored key
+(unless it points the orchestrator at another provider or base URL: the key is asked for again), an
+empty ``api_key`` removes it. Its ``base_url`` must pass the egress policy when saved (a name is
+resolved and checked now, and again at every call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,18 +41,31 @@ from knowsphere_contracts.agents import (
 )
 from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN, MAX_SESSION_ID_CHARS
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_conversation.domain.external import (
+    MASTER_KEY_MISSING,
+    KeyUnavailable,
+    OrchestratorKeys,
+    SecretChanges,
+    peer_of,
+)
 from knowsphere_conversation.domain.layout import Message
 from knowsphere_conversation.domain.orchestrators import (
+    API_KEY,
+    API_KEY_HINT,
     ConfigError,
+    ExternalConfig,
     Mode,
+    ModeConfig,
     NotBuilt,
     agent_references,
     parse_config,
 )
 from knowsphere_conversation.domain.sessions import SessionRecord, SessionStore, thread_id
+from knowsphere_egress import EgressError, EgressErrorCode, EgressPolicy, Resolver, validate_base_url
 from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc import ServiceBinding, bind_service
 from knowsphere_runtime.rpc.errors import RequestError, answer, invalid, not_found, precondition
+from knowsphere_runtime.secrets import mask
 from knowsphere_sqlstore import decode_page_token, encode_page_token
 
 PENDING_CAPABILITY = "the streaming Chat RPC (chat turns go through the bus)"
@@ -62,6 +83,9 @@ MAX_AGENT_LIST_ITEMS = {
 }
 MAX_TITLE_CHARS = 200
 MAX_METADATA_ENTRIES = 32
+RESOLVE_SECONDS = 5.0
+"""How long saving an external orchestrator waits for its base_url's name to resolve (else it is checked
+at the first call, as it is at every call)."""
 
 History = Callable[[str], Awaitable[Sequence[Message]]]
 """Every message of a checkpoint thread, oldest first."""
@@ -407,22 +431,32 @@ class AgentServicer:
 
 class OrchestratorStore(Protocol):
     async def get_agent(self, tenant_id: str, agent_id: str) -> pb.Agent | None: ...
-    async def create_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool: ...
+    async def create_orchestrator(
+        self, tenant_id: str, orchestrator: pb.Orchestrator, *, secrets: SecretChanges | None = None
+    ) -> bool: ...
     async def get_orchestrator(self, tenant_id: str, orchestrator_id: str) -> pb.Orchestrator | None: ...
     async def list_orchestrators(
         self, tenant_id: str, mode: int, offset: int, limit: int
     ) -> tuple[list[pb.Orchestrator], int | None]: ...
-    async def replace_orchestrator(self, tenant_id: str, orchestrator: pb.Orchestrator) -> bool: ...
+    async def replace_orchestrator(
+        self, tenant_id: str, orchestrator: pb.Orchestrator, *, secrets: SecretChanges | None = None
+    ) -> bool: ...
     async def delete_orchestrator(self, tenant_id: str, orchestrator_id: str) -> bool: ...
+    async def get_orchestrator_secret(
+        self, tenant_id: str, orchestrator_id: str, name: str
+    ) -> str | None: ...
 
 
 MAX_ORCHESTRATOR_TEXT_CHARS = {"display_name": MAX_DISPLAY_NAME_CHARS, "description": MAX_DESCRIPTION_CHARS}
 
 
-async def check_orchestrator(store: OrchestratorStore, tenant_id: str, orchestrator: pb.Orchestrator) -> None:
+async def check_orchestrator(
+    store: OrchestratorStore, tenant_id: str, orchestrator: pb.Orchestrator
+) -> ModeConfig:
     """INVALID_ARGUMENT naming the field for anything an orchestrator may not be: its name and texts,
     its mode's configuration, and every agent it names (which must be the tenant's and active).
-    ``member_agent_ids`` becomes the configuration's agents followed by any further members given."""
+    ``member_agent_ids`` becomes the configuration's agents followed by any further members given.
+    Returns the parsed configuration."""
     if not AGENT_NAME.match(orchestrator.name):
         raise invalid("name", NAME_RULE)
     for field, limit in MAX_ORCHESTRATOR_TEXT_CHARS.items():
@@ -456,17 +490,107 @@ async def check_orchestrator(store: OrchestratorStore, tenant_id: str, orchestra
             raise invalid(path, f"the agent {agent.name!r} is not active")
     del orchestrator.member_agent_ids[:]
     orchestrator.member_agent_ids.extend(dict.fromkeys(a for a, _ in references))
+    return parsed
+
+
+def _hint(orchestrator: pb.Orchestrator) -> str:
+    value = orchestrator.config.fields.get(API_KEY_HINT)
+    return value.string_value if value is not None else ""
+
+
+def _peer(orchestrator: pb.Orchestrator) -> str:
+    """Where a saved external orchestrator's key goes (empty for other modes)."""
+    if orchestrator.mode != pb.ORCHESTRATION_MODE_EXTERNAL:
+        return ""
+    try:
+        parsed = parse_config(Mode.EXTERNAL, json_format.MessageToDict(orchestrator.config))
+    except ConfigError:
+        return ""
+    return peer_of(parsed) if isinstance(parsed, ExternalConfig) else ""
 
 
 class OrchestratorServicer:
-    """Orchestrators as data: how a session's agents combine to answer (checked when saved)."""
+    """Orchestrators as data: how a session's agents combine to answer (checked when saved).
+
+    ``keys`` seals external orchestrators' API keys (None or a key ring-less one: the service has no
+    MASTER_KEY); ``egress`` is the policy their base URLs must pass, names resolved by ``resolver``."""
 
     def __init__(
-        self, store: OrchestratorStore, *, default_page_size: int = 50, max_page_size: int = 200
+        self,
+        store: OrchestratorStore,
+        *,
+        keys: OrchestratorKeys | None = None,
+        egress: EgressPolicy | None = None,
+        resolver: Resolver | None = None,
+        default_page_size: int = 50,
+        max_page_size: int = 200,
     ) -> None:
         self._store = store
+        self._keys = keys or OrchestratorKeys(None)
+        self._egress = egress or EgressPolicy()
+        self._resolver = resolver
         self._default_page = default_page_size
         self._max_page = max_page_size
+
+    async def _check_destination(self, base_url: str) -> None:
+        """Refuses a base URL the egress guard refuses: an internal or metadata address or a port outside
+        the policy, or a name that resolves to one now. A name that does not resolve (yet) is let
+        through: every call resolves and checks it again."""
+        try:
+            async with asyncio.timeout(RESOLVE_SECONDS):
+                await validate_base_url(base_url, self._egress, resolver=self._resolver)
+        except TimeoutError:
+            return
+        except EgressError as error:
+            if error.code is EgressErrorCode.DNS_FAILED:
+                return
+            raise invalid(
+                "config.base_url",
+                "points at an address or port external applications may not be called at (private, "
+                "loopback, link-local and metadata addresses, and ports outside the egress policy, unless "
+                "the operator allow-lists them)",
+            ) from None
+
+    async def _seal_key(
+        self,
+        tenant_id: str,
+        orchestrator: pb.Orchestrator,
+        parsed: ModeConfig,
+        *,
+        stored: bool = False,
+        hint: str = "",
+        peer: str = "",
+    ) -> SecretChanges:
+        """Takes the API key out of the configuration (sealed, to be written with the record) and puts
+        its hint in; ``stored``: the orchestrator has a key already, masked as ``hint``, given for
+        ``peer``. A kept key stays with its peer: pointing the orchestrator elsewhere needs the key again
+        (else whoever may edit it could send the stored key to a server of theirs and read it)."""
+        fields = orchestrator.config.fields
+        for name in (API_KEY, API_KEY_HINT):
+            if name in fields:
+                del fields[name]
+        if not isinstance(parsed, ExternalConfig):
+            return {API_KEY: None} if stored else {}
+        await self._check_destination(parsed.base_url)
+        if parsed.api_key:
+            try:
+                sealed = self._keys.seal(tenant_id, orchestrator.id, parsed.api_key)
+            except KeyUnavailable:
+                raise precondition("config.api_key", f"cannot be kept: {MASTER_KEY_MISSING}") from None
+            orchestrator.config[API_KEY_HINT] = mask(parsed.api_key)
+            return {API_KEY: sealed}
+        if stored and parsed.api_key is None:
+            if peer_of(parsed) != peer:
+                raise invalid(
+                    "config.api_key",
+                    "changing provider or base_url requires the API key again (the stored key was given for "
+                    "the previous one); send api_key, or an empty one to drop it",
+                )
+            orchestrator.config[API_KEY_HINT] = hint
+            return {}
+        if parsed.provider == "dify":
+            raise invalid("config.api_key", "required: Dify authenticates every call with the app's API key")
+        return {API_KEY: None} if stored else {}
 
     async def _owned(self, orchestrator_id: str) -> pb.Orchestrator:
         if not orchestrator_id:
@@ -494,8 +618,9 @@ class OrchestratorServicer:
                 update_time=now,
             )
             tenant = require_identity().tenant_id
-            await check_orchestrator(self._store, tenant, orchestrator)
-            if not await self._store.create_orchestrator(tenant, orchestrator):
+            parsed = await check_orchestrator(self._store, tenant, orchestrator)
+            secrets = await self._seal_key(tenant, orchestrator, parsed)
+            if not await self._store.create_orchestrator(tenant, orchestrator, secrets=secrets):
                 raise taken("name", f"an orchestrator named {orchestrator.name!r} already exists")
             return pb.CreateOrchestratorResponse(orchestrator=orchestrator)
 
@@ -527,6 +652,7 @@ class OrchestratorServicer:
     ) -> pb.UpdateOrchestratorResponse:
         async def work() -> pb.UpdateOrchestratorResponse:
             orchestrator = await self._owned(request.orchestrator_id)
+            hint, peer = _hint(orchestrator), _peer(orchestrator)
             for field in ("name", "display_name", "description", "active"):
                 if request.HasField(field):
                     setattr(orchestrator, field, getattr(request, field))
@@ -542,8 +668,10 @@ class OrchestratorServicer:
                 orchestrator.member_agent_ids.extend(request.member_agent_ids.values)
             orchestrator.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
             tenant = require_identity().tenant_id
-            await check_orchestrator(self._store, tenant, orchestrator)
-            if not await self._store.replace_orchestrator(tenant, orchestrator):
+            parsed = await check_orchestrator(self._store, tenant, orchestrator)
+            stored = await self._store.get_orchestrator_secret(tenant, orchestrator.id, API_KEY) is not None
+            secrets = await self._seal_key(tenant, orchestrator, parsed, stored=stored, hint=hint, peer=peer)
+            if not await self._store.replace_orchestrator(tenant, orchestrator, secrets=secrets):
                 raise taken("name", f"an orchestrator named {orchestrator.name!r} already exists")
             return pb.UpdateOrchestratorResponse(orchestrator=orchestrator)
 

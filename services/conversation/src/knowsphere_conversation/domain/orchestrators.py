@@ -24,21 +24,29 @@ The modes and their configuration:
 - ``knowledge_base``: ``{"knowledge_base_ids": [...], "agent_id", "knowledge_graph"}`` — retrieve once
   and answer from the passages with citations (no tool loop); the agent (optional) gives the model and
   the prompt.
-- ``external``: a Dify or n8n application — its key must be stored encrypted, which is not built yet,
-  so saving one is refused as not implemented.
+- ``external``: ``{"provider": "dify" | "n8n" | "a2a", "base_url", "api_key", "auth_header",
+  "timeout_seconds"}`` — another application answers: a Dify chat app (its chat-messages API; the key is
+  required), an n8n workflow (``base_url`` is its webhook; the key, when given, is sent as the value of
+  the ``auth_header`` header, ``Authorization`` by default) or any A2A agent (``base_url`` serves its
+  agent card; the key, when given, is sent as a bearer token). The key is write-only: the servicer takes
+  it out of the configuration, keeps it encrypted on its own and shows ``api_key_hint`` (masked)
+  instead; :mod:`~knowsphere_conversation.domain.external` says how a turn reaches the peer.
+
+A mode in the contract without a parser here is refused with :class:`NotBuilt` (UNIMPLEMENTED).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from knowsphere.conversation.v1.conversation_enums import Intent
 from knowsphere.conversation.v1.conversation_enums import OrchestrationMode as Mode
 from knowsphere_contracts.agents import MAX_ID_CHARS
 from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN
+from knowsphere_egress import EgressError, check_base_url_form
 
 MAX_WORKERS = 16
 MAX_EXPERTS = 8
@@ -48,10 +56,33 @@ MAX_KEYWORD_CHARS = 100
 MAX_REGEX_CHARS = 500
 DEFAULT_MAX_HOPS = 6
 MAX_HOPS = 20
+EXTERNAL_PROVIDERS = ("dify", "n8n", "a2a")
+MAX_BASE_URL_CHARS = 2048
+MAX_API_KEY_CHARS = 4096
+DEFAULT_AUTH_HEADER = "Authorization"
+MAX_HEADER_NAME_CHARS = 100
+DEFAULT_EXTERNAL_TIMEOUT_SECONDS = 60.0
+MIN_EXTERNAL_TIMEOUT_SECONDS = 1.0
+MAX_EXTERNAL_TIMEOUT_SECONDS = 600.0
+API_KEY = "api_key"
+API_KEY_HINT = "api_key_hint"
+# An HTTP field name (RFC 9110 token); the ones that frame the request are the client's to set.
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "transfer-encoding", "connection", "accept-encoding", "te"}
+)
 
 
 RUNNABLE_MODES = frozenset(
-    {Mode.SINGLE, Mode.CONDITIONAL, Mode.KNOWLEDGE_BASE, Mode.COLLABORATION, Mode.SUPERVISOR, Mode.WORKFLOW}
+    {
+        Mode.SINGLE,
+        Mode.CONDITIONAL,
+        Mode.KNOWLEDGE_BASE,
+        Mode.COLLABORATION,
+        Mode.SUPERVISOR,
+        Mode.WORKFLOW,
+        Mode.EXTERNAL,
+    }
 )
 """Modes a turn can run today; a session on another mode ends its turns with :data:`MODE_UNAVAILABLE`."""
 MODE_UNAVAILABLE = "orchestration_mode_unavailable"
@@ -139,6 +170,22 @@ class WorkflowConfig:
     """The parsed :class:`~knowsphere_conversation.domain.workflow.Workflow`."""
 
 
+@dataclass(frozen=True)
+class ExternalConfig:
+    provider: str
+    base_url: str
+    """Without a trailing slash: Dify's API root (``…/v1``), n8n's webhook URL or the A2A agent's URL."""
+    auth_header: str = ""
+    """n8n: the header the key is sent in (``Authorization`` unless named)."""
+    timeout_seconds: float = DEFAULT_EXTERNAL_TIMEOUT_SECONDS
+    """How long the peer may stay silent: connecting, before its first piece and between pieces."""
+    api_key: str | None = field(default=None, repr=False)
+    """Only while a configuration is saved: None when not given (the stored key stays), "" to remove it.
+    Never stored in the configuration."""
+    api_key_hint: str = ""
+    """The stored key, masked (set by the servicer)."""
+
+
 ModeConfig = (
     SingleConfig
     | SupervisorConfig
@@ -147,6 +194,7 @@ ModeConfig = (
     | DeepAgentConfig
     | KnowledgeBaseConfig
     | WorkflowConfig
+    | ExternalConfig
 )
 
 
@@ -233,6 +281,76 @@ def _condition(value: Any, path: str) -> Condition:
     return Condition(intents=tuple(intents))
 
 
+def _seconds(value: Any, path: str, least: float, most: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(path, "must be a number of seconds")
+    if not least <= value <= most:
+        raise ConfigError(path, f"{value:g} is out of range; between {least:g} and {most:g} seconds")
+    return float(value)
+
+
+def _external(config: Mapping[str, Any]) -> ExternalConfig:
+    given = _keys(
+        config,
+        "config",
+        ("provider", "base_url", API_KEY, API_KEY_HINT, "auth_header", "timeout_seconds"),
+        ("provider", "base_url"),
+    )
+    provider = given["provider"]
+    if provider not in EXTERNAL_PROVIDERS:
+        raise ConfigError("config.provider", f"must be one of {', '.join(EXTERNAL_PROVIDERS)}")
+    url = given["base_url"]
+    if not isinstance(url, str) or not url or len(url) > MAX_BASE_URL_CHARS:
+        raise ConfigError("config.base_url", f"must be a URL of 1-{MAX_BASE_URL_CHARS} characters")
+    try:
+        check_base_url_form(url)
+    except EgressError as error:
+        # The value is not echoed: it may carry credentials.
+        raise ConfigError(
+            "config.base_url",
+            "must be an http:// or https:// URL with a host and without credentials, query, fragment "
+            "or spaces",
+        ) from error
+    key = given.get(API_KEY)
+    if key is not None:
+        if not isinstance(key, str) or len(key) > MAX_API_KEY_CHARS:
+            raise ConfigError("config.api_key", f"must be a string of at most {MAX_API_KEY_CHARS} characters")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in key) or key != key.strip():
+            # It goes into an HTTP header as it is.
+            raise ConfigError("config.api_key", "must not contain control characters or surrounding spaces")
+    header = given.get("auth_header", "")
+    if header:
+        if provider != "n8n":
+            raise ConfigError(
+                "config.auth_header", "only an n8n webhook takes its key in a header of its choice"
+            )
+        if (
+            not isinstance(header, str)
+            or len(header) > MAX_HEADER_NAME_CHARS
+            or not _HEADER_NAME.fullmatch(header)
+            or header.lower() in _RESERVED_HEADERS
+        ):
+            raise ConfigError(
+                "config.auth_header",
+                f"must be an HTTP header name of 1-{MAX_HEADER_NAME_CHARS} characters "
+                "(letters, digits and !#$%&'*+.^_`|~-), not one that frames the request",
+            )
+    hint = given.get(API_KEY_HINT, "")
+    return ExternalConfig(
+        provider=provider,
+        base_url=url.rstrip("/"),
+        auth_header=header or (DEFAULT_AUTH_HEADER if provider == "n8n" else ""),
+        timeout_seconds=_seconds(
+            given.get("timeout_seconds", DEFAULT_EXTERNAL_TIMEOUT_SECONDS),
+            "config.timeout_seconds",
+            MIN_EXTERNAL_TIMEOUT_SECONDS,
+            MAX_EXTERNAL_TIMEOUT_SECONDS,
+        ),
+        api_key=key,
+        api_key_hint=hint if isinstance(hint, str) else "",
+    )
+
+
 def parse_config(mode: Mode, config: Mapping[str, Any]) -> ModeConfig:
     """The typed configuration of ``mode``; :class:`ConfigError` names the first thing wrong, and
     :class:`NotBuilt` refuses a mode that cannot be configured yet."""
@@ -316,10 +434,9 @@ def parse_config(mode: Mode, config: Mapping[str, Any]) -> ModeConfig:
             return WorkflowConfig(parse_workflow(config))
         except WorkflowError as error:
             raise ConfigError(error.field, error.reason) from error
-    raise NotBuilt(
-        f"the {mode.value} mode cannot be configured yet: its API key must be stored encrypted, "
-        "which is not built"
-    )
+    if mode is Mode.EXTERNAL:
+        return _external(config)
+    raise NotBuilt(f"the {mode.value} mode cannot be configured yet: it is not built")
 
 
 def member_agent_ids(parsed: ModeConfig) -> list[str]:
@@ -374,12 +491,16 @@ async def choose_route(
 
 
 __all__ = [
+    "API_KEY",
+    "API_KEY_HINT",
+    "EXTERNAL_PROVIDERS",
     "MODE_UNAVAILABLE",
     "RUNNABLE_MODES",
     "CollaborationConfig",
     "ConditionalConfig",
     "ConfigError",
     "DeepAgentConfig",
+    "ExternalConfig",
     "KnowledgeBaseConfig",
     "Mode",
     "ModeConfig",

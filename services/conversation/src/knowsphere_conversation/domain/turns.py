@@ -9,9 +9,13 @@ waits in the queue.
 
 Every turn ends with exactly one final event, whatever fails on the way: a request without the caller's
 identity gives :data:`IDENTITY_REQUIRED` (every peer call acts as that caller), a model failure
-modelhub's friendly code and message, a peer that cannot serve its own code, any other failure the
-generic :data:`TURN_FAILED`. A turn that completes also announces the documents its answer cited
+modelhub's friendly code and message, a peer that cannot serve its own code, an external orchestrator's
+application one of the ``EXTERNAL_*`` codes, any other failure the generic :data:`TURN_FAILED`. A turn
+that completes also announces the documents its answer cited
 (:class:`~knowsphere_contracts.events.TurnCompleted`), once.
+
+An external orchestrator's turn does not run the graph: its application's answer is relayed
+(:mod:`~knowsphere_conversation.domain.external`) and written to the session's checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import dataclasses
 import enum
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +51,16 @@ from knowsphere_contracts.events import (
 )
 from knowsphere_conversation.domain import prompts
 from knowsphere_conversation.domain.citations import cited_handles, renumber_citations
+from knowsphere_conversation.domain.external import (
+    Diverged,
+    ExternalSupport,
+    ExternalTarget,
+    KeyUnavailable,
+    PeerTurn,
+    exchanges,
+    open_target,
+    relay,
+)
 from knowsphere_conversation.domain.graph import (
     AgentConfig,
     Memory,
@@ -69,6 +84,7 @@ from knowsphere_conversation.domain.orchestrators import (
     RUNNABLE_MODES,
     CollaborationConfig,
     ConditionalConfig,
+    ExternalConfig,
     KnowledgeBaseConfig,
     Mode,
     SingleConfig,
@@ -152,6 +168,22 @@ AGENT_NOT_FOUND = "agent_not_found"
 SESSION_BUSY = "session_busy"
 AGENT_INACTIVE = "agent_inactive"
 WORKFLOW_STOPPED = "workflow_stopped"
+# An external orchestrator's application (Dify, n8n, an A2A agent) could not answer:
+EXTERNAL_UNREACHABLE = "external_unreachable"
+"""Not allowed by the egress policy, not resolvable, or not answering (one code: which is not told)."""
+EXTERNAL_AUTH_FAILED = "external_auth_failed"
+"""It refused the orchestrator's API key (401/403, or an A2A agent that wants authentication)."""
+EXTERNAL_RATE_LIMITED = "external_rate_limited"
+EXTERNAL_TIMEOUT = "external_timeout"
+"""Silent longer than the orchestrator's ``timeout_seconds``, or answering longer than the service allows."""
+EXTERNAL_BAD_RESPONSE = "external_bad_response"
+"""An answer that does not follow its wire format, breaks off, or is too large."""
+EXTERNAL_FAILED = "external_failed"
+"""It answered with an error of its own (an error event, an error status, a failed task)."""
+EXTERNAL_KEY_UNAVAILABLE = "external_key_unavailable"
+"""The stored API key cannot be opened: no MASTER_KEY, or not the one it was sealed with."""
+EXTERNAL_INTERRUPTED = "external_interrupted"
+"""A turn delivered again whose application answered differently from what the client was shown."""
 
 
 def history_messages(turn_id: str, history: Sequence[HistoryMessage]) -> list[Message]:
@@ -213,6 +245,8 @@ class Plan:
     workflow: Workflow | None = None
     """A workflow's steps; the agent of the step where it ends answers."""
     step_agents: dict[str, AgentConfig] = dataclasses.field(default_factory=dict)
+    external: ExternalTarget | None = None
+    """An external orchestrator's application answers instead of the graph."""
 
 
 TURN_FAILED = "turn_failed"
@@ -246,6 +280,7 @@ class TurnRunner:
         event_log: EventLog | None = None,
         sessions: SessionStore | None = None,
         agents: Agents | None = None,
+        external: ExternalSupport | None = None,
     ) -> None:
         self._graph = graph
         self._models = models
@@ -261,6 +296,7 @@ class TurnRunner:
         self._event_log = event_log
         self._sessions = sessions
         self._agents = agents
+        self._external = external
 
     async def run(self, request: ChatRequested, *, redelivered: bool = False) -> TurnResult:
         """Runs the turn (or resumes it when ``redelivered``)."""
@@ -357,6 +393,8 @@ class TurnRunner:
         config = parse_config(mode, json_format.MessageToDict(record.config))
         if isinstance(config, SingleConfig):
             return Plan(config.agent_id)
+        if isinstance(config, ExternalConfig):
+            return Plan("", external=await self._external_target(identity, record, config))
         if isinstance(config, KnowledgeBaseConfig):
             return Plan(
                 config.agent_id,
@@ -415,6 +453,25 @@ class TurnRunner:
 
         chosen, reason = await choose_route(config, text, intent)
         return Plan(chosen, handoff=(chosen, reason))
+
+    async def _external_target(
+        self, identity: Identity, record: cpb.Orchestrator, config: ExternalConfig
+    ) -> ExternalTarget:
+        name = record.display_name or record.name
+        if self._external is None:
+            raise TurnProblem(
+                MODE_UNAVAILABLE,
+                f"the orchestrator {name} calls an external application, which this service is not set "
+                "up to do",
+            )
+        try:
+            return await open_target(self._external, identity.tenant_id, record.id, name, config)
+        except KeyUnavailable:
+            raise TurnProblem(
+                EXTERNAL_KEY_UNAVAILABLE,
+                f"the API key of the orchestrator {name} cannot be read on this service (its MASTER_KEY is "
+                "missing or changed); ask an administrator to check it, or save the key again",
+            ) from None
 
     async def refuse_busy(self, request: ChatRequested, waited_seconds: float) -> ChatTurnEvent:
         """Ends a turn that waited too long for its session's previous turn (the session's queue is
@@ -521,6 +578,10 @@ class TurnRunner:
         question = Message(id=request.turn_id + "-q", turn_id=request.turn_id, role="user", content=content)
 
         async def invoke() -> Any:
+            if plan.external is not None and not resuming:
+                return await self._relay(
+                    request, identity, thread, plan.external, runtime, question, values, previous
+                )
             if plan.workflow is not None and not (resuming and not saved.next):
                 await self._run_workflow(request, thread, plan, runtime, text, emit)
             if plan.experts and not (resuming and not saved.next):
@@ -603,6 +664,65 @@ class TurnRunner:
             completion_tokens=runtime.usage.get("completion_tokens", 0),
         )
         return final
+
+    async def _relay(
+        self,
+        request: ChatRequested,
+        identity: Identity,
+        thread: str,
+        target: ExternalTarget,
+        runtime: TurnRuntime,
+        question: Message,
+        values: dict[str, Any],
+        previous: Sequence[ChatTurnEvent],
+    ) -> dict[str, Any]:
+        """An external orchestrator's turn: its application's answer relayed as the turn's text, then
+        the exchange written to the session's checkpoint (its history, and the mark that the turn was
+        answered). Delivered again, the application is asked again and only what goes beyond what the
+        client was shown is let through, if the new answer repeats it (see :class:`ResumeGate`)."""
+        assert self._external is not None
+        earlier = history_messages(request.turn_id, request.history)
+        try:
+            said = await relay(
+                self._external,
+                target,
+                identity,
+                PeerTurn(
+                    session_id=request.session_id or "",
+                    turn_id=request.turn_id,
+                    question=question["content"],
+                    history=exchanges([*values.get("messages", []), *earlier], self._limits.keep_turns),
+                    shown="".join(e.text or "" for e in previous if e.kind is TurnEventKind.TEXT_DELTA),
+                ),
+                runtime,
+            )
+        except Diverged:
+            raise TurnError(
+                EXTERNAL_INTERRUPTED,
+                f"the answer of {target.name} was interrupted and, asked again, it answered differently; "
+                "please ask again",
+            ) from None
+        answer = Message(
+            id=uuid.uuid4().hex, turn_id=request.turn_id, role="assistant", content=said, final=True
+        )
+        state: dict[str, Any] = {
+            "messages": [*earlier, question, answer],
+            "turn_id": request.turn_id,
+            "question": question["content"],
+            "rewritten": "",
+            "intent": "",
+            "route": "",
+            "sources": [],
+            "tool_rounds": 0,
+            "passages": "",
+            "answer_kind": AnswerKind.GENERATED.value,
+        }
+        graph = self._graph()
+        if graph.checkpointer is not None:
+            # As if the graph's last node had answered: the thread ends here, and a turn delivered again
+            # after this point finds it answered and is not asked again.
+            await graph.aupdate_state({"configurable": {"thread_id": thread}}, state, as_node="generate")
+        return state
 
     async def _run_workflow(
         self,
@@ -852,6 +972,14 @@ class TurnRunner:
 
 
 __all__ = [
+    "EXTERNAL_AUTH_FAILED",
+    "EXTERNAL_BAD_RESPONSE",
+    "EXTERNAL_FAILED",
+    "EXTERNAL_INTERRUPTED",
+    "EXTERNAL_KEY_UNAVAILABLE",
+    "EXTERNAL_RATE_LIMITED",
+    "EXTERNAL_TIMEOUT",
+    "EXTERNAL_UNREACHABLE",
     "IDENTITY_REQUIRED",
     "SESSION_NOT_FOUND",
     "TURN_FAILED",

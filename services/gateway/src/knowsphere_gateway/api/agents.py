@@ -7,7 +7,7 @@ form alone (the name, text lengths, list sizes, parameter ranges, a ``config`` o
 that a ``google.protobuf.Struct`` cannot hold); the service stays the judge. What only the service
 knows comes back from it naming the field: a name already taken → 409 (``name``); a config that does not
 fit its mode or names an unknown agent → 400 (``config.agent_id``); deleting an agent an orchestrator
-runs → 409; a mode that cannot be configured yet (``external``) → 501.
+runs → 409; a mode that cannot be configured yet → 501.
 """
 
 from collections.abc import Callable, Mapping
