@@ -554,3 +554,24 @@ async def test_something_that_is_not_an_image_is_refused_naming_the_field() -> N
         )
     assert result.final is not None and result.final.error_code == "invalid_input"
     assert (result.final.error_message or "").startswith("images: ")
+
+
+async def test_a_deep_agent_takes_the_tool_path_even_without_a_knowledge_base_but_not_for_a_greeting() -> (
+    None
+):
+    models = Models(answer_with_tool)
+    harness = Harness(models)
+    harness.runner._agent = AgentConfig(workspace=True, tool_names=("doc_retrieval",))  # type: ignore[attr-defined]
+    events = await harness.ask("Draft a plan for the audit", kbs=())
+    assert events[1].route == "react" and events[-1].kind is TurnEventKind.COMPLETED
+    listed = harness.tools.listed[-1]
+    # A deep agent plans whatever tools it was given, in its workspace.
+    assert listed.workspace and list(listed.tool_names) == ["doc_retrieval", "write_plan"]
+    assert harness.tools.executed[-1].context.workspace
+    models.intent = "A"  # a greeting
+    events = await harness.ask("hello", turn_id="t2")
+    assert events[1].route == "generate"
+
+    plain = Harness(Models(answer_with_tool))
+    events = await plain.ask("Draft a plan for the audit", kbs=())
+    assert events[1].route == "generate" and not plain.tools.executed

@@ -32,10 +32,11 @@ class World:
         async def announce(event: TurnCompleted) -> None:
             return None
 
+        self.tools = Tools()
         self.runner = TurnRunner(
             lambda: self.graph,
             models=models,
-            tools=Tools(),
+            tools=self.tools,
             memory=Memory(),
             search=search or Search(),
             publish=publish,

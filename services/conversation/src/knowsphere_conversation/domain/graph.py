@@ -63,6 +63,7 @@ PURPOSE_REWRITE = "conversation.rewrite"
 PURPOSE_INTENT = "conversation.intent"
 PURPOSE_IMAGE = "conversation.image"
 RETRIEVAL_HANDLE = "retrieval_handle"
+PLAN_TOOL = "write_plan"
 """Key of a source's retrieval handle in the state (beside the Citation fields)."""
 CITATION_FIELDS = frozenset(Citation.model_fields)
 
@@ -147,6 +148,10 @@ class AgentConfig:
     vision: bool = False
     """The agent's model reads images (its model types include VLM): a message's images go to it as
     image parts; otherwise only their description does."""
+    workspace: bool = False
+    """A deep agent: it works in the session's file workspace (the workspace tools, write_plan, skill
+    scripts that see the workspace), takes the ReAct path for every question that is not chit-chat,
+    and its system prompt says how to work that way."""
 
 
 def agent_config(agent: cpb.Agent) -> AgentConfig:
@@ -443,6 +448,8 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
         route = TurnRoute.GENERATE  # the experts did the reading; the summary answers from them
     elif turn.workers and intent not in SKIP_INTENTS:
         route = TurnRoute.REACT  # a supervisor hands questions to its workers
+    elif turn.agent.workspace and intent not in SKIP_INTENTS and route is TurnRoute.GENERATE:
+        route = TurnRoute.REACT  # a deep agent works through its tools
     span = trace.get_current_span()
     span.set_attribute(attributes.INTENT, intent.value)
     span.set_attribute(attributes.ROUTE, route.value)
@@ -570,7 +577,7 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
         passages=state.get("passages", ""),
     )
     request = build_request_messages(
-        system=prompts.system_segment(turn.agent.identity, turn.agent.skills),
+        system=prompts.system_segment(turn.agent.identity, turn.agent.skills, workspace=turn.agent.workspace),
         task=prompts.task_segment(
             knowledge_bases=len(turn.knowledge_base_ids),
             web_search=turn.web_search,
@@ -684,11 +691,15 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
 
 
 async def _list_tools(turn: TurnRuntime) -> tpb.ListToolsResponse:
+    tool_names = list(turn.agent.tool_names)
+    if turn.agent.workspace and tool_names and PLAN_TOOL not in tool_names:
+        tool_names.append(PLAN_TOOL)  # a deep agent plans whatever tools it was given
     return await turn.tools.list_tools(
         tpb.ListToolsRequest(
             switches=_switches(turn),
-            tool_names=list(turn.agent.tool_names),
+            tool_names=tool_names,
             skill_names=[s for s, _ in turn.agent.skills],
+            workspace=turn.agent.workspace,
         )
     )
 
@@ -751,6 +762,7 @@ async def tools(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
                 sources=[_to_source(s) for s in sources],
                 language=turn.language,
                 agent_id=turn.agent.agent_id,
+                workspace=turn.agent.workspace,
             ),
         )
         try:

@@ -20,7 +20,10 @@ The modes and their configuration:
   route whose condition holds picks the agent; conditions are ``{"keywords": [...]}`` (any of them, case
   folded), ``{"regex": "..."}`` or ``{"intents": [...]}`` (the question's intent, as query understanding
   decides it).
-- ``deep_agent``: ``{"agent_id", "backend": "sandbox"}`` — an agent with skills working in a sandbox.
+- ``deep_agent``: ``{"agent_id", "backend": "sandbox"}`` — the agent works as a deep agent: it plans
+  (write_plan), keeps notes and drafts in the session's file workspace (the tool runner's workspace
+  tools) and runs its skills' scripts in the tool runner's sandbox, which see that workspace. Single
+  mode (and a session bound to an agent) does the same for an agent with skills.
 - ``knowledge_base``: ``{"knowledge_base_ids": [...], "agent_id", "knowledge_graph"}`` — retrieve once
   and answer from the passages with citations (no tool loop); the agent (optional) gives the model and
   the prompt.
@@ -82,6 +85,7 @@ RUNNABLE_MODES = frozenset(
         Mode.SUPERVISOR,
         Mode.WORKFLOW,
         Mode.EXTERNAL,
+        Mode.DEEP_AGENT,
     }
 )
 """Modes a turn can run today; a session on another mode ends its turns with :data:`MODE_UNAVAILABLE`."""
@@ -204,7 +208,7 @@ ModeConfig = (
 def _keys(value: Any, path: str, allowed: Sequence[str], required: Sequence[str] = ()) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(path, "must be an object")
-    for key in value:
+    for key in sorted(value):  # the same key named first however the client ordered its map
         if key not in allowed:
             raise ConfigError(f"{path}.{key}", f"unknown key; expected one of {', '.join(allowed)}")
     for key in required:

@@ -24,9 +24,21 @@ Use only handles of this turn's results; never write [1] or a list of references
 - Answer in the language of the question unless the task says otherwise. Be concise."""
 
 
-def system_segment(identity: str, skills: Sequence[tuple[str, str]] = ()) -> str:
-    """Identity, capability limits and the bound skills catalogue (name, description)."""
+WORKSPACE_RULES = """You work as a deep agent, in a file workspace kept for this conversation:
+- For a task of several steps, write your plan first with write_plan and keep it up to date.
+- Keep notes, intermediate results and drafts in workspace files (workspace_write, workspace_edit) \
+and read them back (workspace_ls, workspace_read) instead of holding everything in mind.
+- Skill scripts (execute_skill_script) read the workspace's files in /workspace/input and what they \
+write to /workspace/output comes back into the workspace under output/.
+- Facts still come from retrieval or the web; cite them as usual."""
+
+
+def system_segment(identity: str, skills: Sequence[tuple[str, str]] = (), *, workspace: bool = False) -> str:
+    """Identity, capability limits, how a deep agent works (``workspace``) and the bound skills
+    catalogue (name, description)."""
     parts = [identity.strip() or DEFAULT_IDENTITY, RULES]
+    if workspace:
+        parts.append(WORKSPACE_RULES)
     if skills:
         lines = [
             f"- {name}: {description} (instructions: /skills/{name}/SKILL.md)" for name, description in skills

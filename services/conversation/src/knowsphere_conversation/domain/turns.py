@@ -84,6 +84,7 @@ from knowsphere_conversation.domain.orchestrators import (
     RUNNABLE_MODES,
     CollaborationConfig,
     ConditionalConfig,
+    DeepAgentConfig,
     ExternalConfig,
     KnowledgeBaseConfig,
     Mode,
@@ -247,6 +248,12 @@ class Plan:
     step_agents: dict[str, AgentConfig] = dataclasses.field(default_factory=dict)
     external: ExternalTarget | None = None
     """An external orchestrator's application answers instead of the graph."""
+    workspace: bool = False
+    """The agent answers as a deep agent (deep_agent mode) — also, with ``single_agent``, when it has
+    skills."""
+    single_agent: bool = True
+    """One agent answers alone (single mode, or a session bound to an agent): it becomes a deep agent
+    when it has skills, as the spec's Single mode does."""
 
 
 TURN_FAILED = "turn_failed"
@@ -342,6 +349,8 @@ class TurnRunner:
                 problem = (AGENT_INACTIVE, f"the agent {record.display_name or record.name} is switched off")
             else:
                 agent = agent_config(record)  # read at the start: a change applies from the next turn
+                if plan.workspace or (plan.single_agent and record.skill_names):
+                    agent = dataclasses.replace(agent, workspace=True)
         if problem is not None:
             emit = self._emitter(request, Replay(previous))
             final = await emit(TurnEventKind.ERROR, error_code=problem[0], error_message=problem[1])
@@ -393,6 +402,8 @@ class TurnRunner:
         config = parse_config(mode, json_format.MessageToDict(record.config))
         if isinstance(config, SingleConfig):
             return Plan(config.agent_id)
+        if isinstance(config, DeepAgentConfig):
+            return Plan(config.agent_id, workspace=True)
         if isinstance(config, ExternalConfig):
             return Plan("", external=await self._external_target(identity, record, config))
         if isinstance(config, KnowledgeBaseConfig):
@@ -401,6 +412,7 @@ class TurnRunner:
                 direct_retrieval=True,
                 knowledge_base_ids=config.knowledge_base_ids,
                 knowledge_graph=config.knowledge_graph,
+                single_agent=False,
             )
         if isinstance(config, WorkflowConfig):
             members = {}
@@ -424,6 +436,7 @@ class TurnRunner:
                 workers=tuple(workers),
                 max_hops=config.max_hops,
                 summarize=config.enable_summarization,
+                single_agent=False,
             )
         if isinstance(config, CollaborationConfig):
             experts = []
@@ -434,6 +447,7 @@ class TurnRunner:
                 config.summary_agent_id or config.agent_ids[0],
                 experts=tuple(experts),
                 parallel=config.strategy == "parallel",
+                single_agent=False,
             )
         assert isinstance(config, ConditionalConfig)
         announced = [e for e in previous if e.kind is TurnEventKind.HANDOFF and e.to_agent_id]
