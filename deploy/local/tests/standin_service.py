@@ -3,7 +3,9 @@
 ``standin_service.py NAME [options]`` serves ``grpc.health.v1`` (service "" SERVING) on
 ``KS_<NAME>_GRPC_HOST:KS_<NAME>_GRPC_PORT`` and, when ``KS_<NAME>_HTTP_PORT`` is set (the gateway),
 ``GET /healthz`` on that port. It writes the wiring it received (``KS_*``, ``OTEL_SERVICE_NAME``,
-``MASTER_KEY``) and its pid to ``$KS_<NAME>_DATA_DIR/standin-<NAME>.json``.
+``MASTER_KEY``) and its pid to ``$KS_<NAME>_DATA_DIR/standin-<NAME>.json``. Its health service also
+answers SERVING for ``instance/<name of its data dir>`` (``conversation-2``), so a test tells which
+replica a call reached.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def main() -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         servicer = health.HealthServicer()
         servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        if data_dir:
+            servicer.set(f"instance/{Path(data_dir).name}", health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         host = os.environ.get(f"{prefix}GRPC_HOST", "127.0.0.1")
         server.add_insecure_port(f"{host}:{os.environ[f'{prefix}GRPC_PORT']}")

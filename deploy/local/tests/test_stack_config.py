@@ -51,7 +51,7 @@ def test_unknown_service_is_rejected_with_the_known_names(monkeypatch: pytest.Mo
 def test_with_free_ports_gives_distinct_ports(tmp_path: Path) -> None:
     config = StackConfig.with_free_ports(data_dir=tmp_path, services=["gateway"], extra_env={"X": "1"})
     ports = [getattr(config, name) for name in StackConfig.port_fields()]
-    assert len(set(ports)) == len(ports) == 14
+    assert len(set(ports)) == len(ports) == 15
     assert 4322 not in ports and 7410 not in ports
     assert config.data_dir == tmp_path and config.services == ["gateway"] and config.extra_env == {"X": "1"}
 

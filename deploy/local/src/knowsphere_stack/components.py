@@ -4,6 +4,13 @@
 real services under ``make up``). :func:`build_components` turns a :class:`StackConfig` into the
 ordered list of specs; the environment it builds for each service is the wiring contract that the
 services' settings read (``KS_<NAME>_*``).
+
+A replicated service runs as several components (:mod:`knowsphere_stack.layout`): each instance has its
+own name, log, gRPC port and data dir, and the same identity as its service: its identity key, NATS
+nkey, TLS certificate and ``OTEL_SERVICE_NAME`` (``service.instance.id`` tells the instances apart in
+traces). A caller of a replicated service gets every instance's address in ``KS_<X>_<PEER>_ADDR``, and
+its channel spreads calls over them. Further instances start once the first is healthy: it has created
+the tables they share.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ from pydantic import BaseModel, Field
 from knowsphere_stack.binaries import nats_binary, temporal_binary
 from knowsphere_stack.config import INGESTION_WORKER, LOOPBACK, SERVICE_NAMES, StackConfig
 from knowsphere_stack.health import GrpcHealthCheck, HealthCheck, HttpCheck, TcpCheck, UptimeCheck
+from knowsphere_stack.layout import (
+    ServiceInstance,
+    grpc_addresses,
+    nats_nodes,
+    service_instances,
+)
 from knowsphere_stack.local_llm import DEFAULT_PORT as LOCAL_LLM_PORT
 from knowsphere_stack.tls import ensure_tls_certificates, tls_env, tls_files
 
@@ -37,6 +50,10 @@ NATS_CLIENTS: frozenset[str] = frozenset(
 """Services that talk to NATS and get ``KS_<NAME>_NATS_URL``: those whose settings have ``nats_url``
 (modelhub announces model changes on it, retrieval hears them; memory consumes turn completions)."""
 
+STREAM_REPLICAS_ENV = "KS_NATS_STREAM_REPLICAS"
+"""How many servers keep each JetStream stream (``knowsphere_runtime.streams.StreamSettings``)."""
+OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+
 PEERS: dict[str, tuple[str, ...]] = {
     "gateway": ("conversation", "retrieval", "ingestion", "memory", "toolrunner", "modelhub"),
     "conversation": ("retrieval", "memory", "toolrunner", "modelhub"),
@@ -45,7 +62,8 @@ PEERS: dict[str, tuple[str, ...]] = {
     "memory": ("modelhub",),
     "toolrunner": ("retrieval", "modelhub"),
 }
-"""gRPC peers of each service, given as ``KS_<NAME>_<PEER>_ADDR=host:port``."""
+"""gRPC peers of each service, given as ``KS_<NAME>_<PEER>_ADDR=host:port`` (``host:port,host:port`` when
+the peer has replicas)."""
 
 WORKER_MODULE = "knowsphere_ingestion.worker"
 WORKER_MIN_UPTIME = 2.0
@@ -80,13 +98,17 @@ def nats_component(
     *,
     log_path: Path | None = None,
     config_file: Path | None = None,
+    name: str = NATS,
+    clustered: bool = False,
 ) -> ComponentSpec:
     """``nats-server`` with JetStream stored in ``data_dir``, client and monitoring ports on loopback;
     with ``config_file`` (which sets the same, and authorization: :mod:`knowsphere_stack.nats_auth`)
-    started from that file instead."""
+    started from that file instead. A ``clustered`` server is healthy once JetStream has a meta leader
+    (``/healthz``), which needs a majority of the servers up; a single one once JetStream is on."""
     data_dir = Path(data_dir)
+    healthz = "/healthz" if clustered else "/healthz?js-enabled-only=true"
     return ComponentSpec(
-        name=NATS,
+        name=name,
         argv=[str(nats_binary()), "-c", str(config_file)]
         if config_file is not None
         else [
@@ -105,7 +127,7 @@ def nats_component(
         ports={"client": port, "monitor": monitor_port},
         health=[
             TcpCheck(host=LOOPBACK, port=port),
-            HttpCheck(url=f"http://{LOOPBACK}:{monitor_port}/healthz?js-enabled-only=true"),
+            HttpCheck(url=f"http://{LOOPBACK}:{monitor_port}{healthz}"),
         ],
     )
 
@@ -164,7 +186,8 @@ def temporal_component(
 
 
 def ensure_master_key(data_dir: Path) -> str:
-    """The master key of tenants' secrets kept in ``<data>/secrets/master.key``, generated (mode 0600) on first use."""
+    """The master key of tenants' secrets kept in ``<data>/secrets/master.key``, generated (mode 0600)
+    on first use."""
     secrets_dir = Path(data_dir) / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets_dir, 0o700)
@@ -230,6 +253,29 @@ LOCAL_MODEL_PORTS = (LOCAL_LLM_PORT, 11434)
 """Ports on loopback the local stack's modelhub may call: ``make local-llm`` and Ollama's default."""
 
 
+def _inherited(name: str, config: StackConfig) -> str | None:
+    """A variable as a service will see it before the wiring: from ``extra_env``, else inherited."""
+    return config.extra_env.get(name, os.environ.get(name))
+
+
+def instance_env(instance: ServiceInstance, config: StackConfig) -> dict[str, str]:
+    """What tells the instances of a replicated service apart beyond port and data dir: the
+    ``service.instance.id`` of their spans; a further modelhub instance shares the first one's model
+    cache (files written whole and renamed into place) instead of preparing its own."""
+    if config.replicas(instance.service) == 1:
+        return {}
+    inherited = _inherited(OTEL_RESOURCE_ATTRIBUTES, config)
+    env = {
+        OTEL_RESOURCE_ATTRIBUTES: ",".join(
+            part for part in (inherited, f"service.instance.id={instance.name}") if part
+        )
+    }
+    cache = "KS_MODELHUB_MODEL_CACHE_DIR"
+    if instance.service == "modelhub" and instance.index > 1 and _inherited(cache, config) is None:
+        env[cache] = str(config.service_data_dir("modelhub") / "models")
+    return env
+
+
 def service_env(
     name: str,
     config: StackConfig,
@@ -237,27 +283,34 @@ def service_env(
     master_key: str | None = None,
     identity_dir: Path | None = None,
     issuer: str | None = None,
+    instance: ServiceInstance | None = None,
 ) -> dict[str, str]:
     """The ``KS_<NAME>_*`` wiring of one service (the contract its settings class reads); with
     ``identity_dir``, the keys it signs and verifies identity tokens with (as ``issuer``, by default
-    ``name``)."""
+    ``name``). ``instance`` is one of its replicas (by default the first), with its port and data dir;
+    every replica has its service's identity."""
     upper = name.upper()
+    instance = instance or service_instances(config, name)[0]
+    identity = issuer or name
     env = {
         f"KS_{upper}_GRPC_HOST": LOOPBACK,
-        f"KS_{upper}_GRPC_PORT": str(config.grpc_port(name)),
-        f"KS_{upper}_DATA_DIR": str(config.service_data_dir(name)),
-        "OTEL_SERVICE_NAME": issuer or name,
-        **identity_env(identity_dir, issuer or name),
+        f"KS_{upper}_GRPC_PORT": str(instance.grpc_port or config.grpc_port(name)),
+        f"KS_{upper}_DATA_DIR": str(instance.data_dir),
+        "OTEL_SERVICE_NAME": identity,
+        **identity_env(identity_dir, identity),
         # With KS_STACK_TLS: its certificate, for serving and calling over mutual TLS.
-        **(tls_env(config.tls_dir, issuer or name) if config.tls else {}),
+        **(tls_env(config.tls_dir, identity) if config.tls else {}),
     }
     if name in NATS_CLIENTS and config.nats_enabled:
         from knowsphere_stack.nats_auth import nats_auth_env
+        from knowsphere_stack.nats_cluster import CLUSTERED_STREAM_REPLICAS
 
         env[f"KS_{upper}_NATS_URL"] = config.nats_url
-        env.update(nats_auth_env(config, issuer or name))
+        env.update(nats_auth_env(config, identity))
+        if config.nats_cluster > 1:
+            env[STREAM_REPLICAS_ENV] = str(CLUSTERED_STREAM_REPLICAS)
     for peer in PEERS.get(name, ()):
-        env[f"KS_{upper}_{peer.upper()}_ADDR"] = config.grpc_addr(peer)
+        env[f"KS_{upper}_{peer.upper()}_ADDR"] = grpc_addresses(config, peer)
     if name == "gateway":
         env["KS_GATEWAY_HTTP_HOST"] = LOOPBACK
         env["KS_GATEWAY_HTTP_PORT"] = str(config.gateway_http_port)
@@ -278,49 +331,79 @@ def service_env(
     return env
 
 
+def _nats_dependencies(config: StackConfig) -> list[str]:
+    """Every NATS server: a service declares its streams at start, which needs the cluster's majority."""
+    return [node.name for node in nats_nodes(config)] if config.nats_enabled else []
+
+
+def _after_first(instance: ServiceInstance) -> list[str]:
+    """A further instance starts once the first is healthy: the first creates the tables they share."""
+    return [] if instance.index == 1 else [instance.service]
+
+
 def service_component(
-    name: str, config: StackConfig, *, master_key: str | None = None, identity_dir: Path | None = None
+    name: str,
+    config: StackConfig,
+    *,
+    master_key: str | None = None,
+    identity_dir: Path | None = None,
+    instance: ServiceInstance | None = None,
 ) -> ComponentSpec:
+    """Instance ``instance`` (by default the first) of service ``name``."""
+    instance = instance or service_instances(config, name)[0]
+    assert instance.grpc_port is not None
+    address = f"{LOOPBACK}:{instance.grpc_port}"
     # With TLS the probe presents the local-client certificate: it checks the port callers use.
     probe_tls = tls_files(config.tls_dir, LOCAL_CLIENT_ISSUER) if config.tls else None
-    health: list[HealthCheck] = [GrpcHealthCheck(address=config.grpc_addr(name), service="", tls=probe_tls)]
-    ports = {"grpc": config.grpc_port(name)}
+    health: list[HealthCheck] = [GrpcHealthCheck(address=address, service="", tls=probe_tls)]
+    ports = {"grpc": instance.grpc_port}
     if name == "gateway":
         health.append(HttpCheck(url=f"{config.gateway_url}/healthz"))
         ports["http"] = config.gateway_http_port
     depends_on = []
-    if config.nats_enabled and name in NATS_CLIENTS:
-        depends_on.append(NATS)
+    if name in NATS_CLIENTS:
+        depends_on += _nats_dependencies(config)
     if config.temporal_enabled and name == "ingestion":
         depends_on.append(TEMPORAL)
+    depends_on += _after_first(instance)
+    env = service_env(name, config, master_key=master_key, identity_dir=identity_dir, instance=instance)
     return ComponentSpec(
-        name=name,
+        name=instance.name,
         argv=config.service_command.get(name, [sys.executable, "-m", f"knowsphere_{name}"]),
-        env=service_env(name, config, master_key=master_key, identity_dir=identity_dir),
-        log_path=config.log_path(name),
+        env=_extras_last({**env, **instance_env(instance, config)}, config),
+        log_path=config.log_path(instance.name),
         ports=ports,
         health=health,
         depends_on=depends_on,
     )
 
 
-def worker_component(config: StackConfig, *, identity_dir: Path | None = None) -> ComponentSpec:
-    """The ingestion Temporal worker: the ingestion service's wiring under its own name (OTEL service
-    name and identity key)."""
+def worker_component(
+    config: StackConfig, *, identity_dir: Path | None = None, instance: ServiceInstance | None = None
+) -> ComponentSpec:
+    """An ingestion Temporal worker (by default the first): the ingestion service's wiring under its own
+    name (OTEL service name and identity key), its data dir included."""
+    instance = instance or service_instances(config, INGESTION_WORKER)[0]
     env = service_env("ingestion", config, identity_dir=identity_dir, issuer=INGESTION_WORKER)
     return ComponentSpec(
-        name=INGESTION_WORKER,
+        name=instance.name,
         argv=config.service_command.get(INGESTION_WORKER, [sys.executable, "-m", WORKER_MODULE]),
-        env=env,
-        log_path=config.log_path(INGESTION_WORKER),
+        env=_extras_last({**env, **instance_env(instance, config)}, config),
+        log_path=config.log_path(instance.name),
         health=[UptimeCheck(seconds=WORKER_MIN_UPTIME)],
         # After the API: it creates the document tables the worker shares.
         depends_on=[
             *([TEMPORAL] if config.temporal_enabled else []),
-            *([NATS] if config.nats_enabled else []),
+            *_nats_dependencies(config),
             "ingestion",
+            *_after_first(instance),
         ],
     )
+
+
+def _extras_last(env: dict[str, str], config: StackConfig) -> dict[str, str]:
+    """``extra_env`` over the wiring, so a caller can deliberately override any wired value."""
+    return {**env, **config.extra_env}
 
 
 def _wants_worker(config: StackConfig) -> bool:
@@ -331,22 +414,43 @@ def _wants_worker(config: StackConfig) -> bool:
     return INGESTION_WORKER in config.service_command or worker_available()
 
 
+def nats_components(config: StackConfig) -> list[ComponentSpec]:
+    """The NATS server, or every server of the cluster (each from its configuration file)."""
+    from knowsphere_stack.nats_auth import write_server_config
+
+    nodes = nats_nodes(config)
+    clustered = len(nodes) > 1
+    return [
+        nats_component(
+            node.jetstream_dir,
+            node.port,
+            node.monitor_port,
+            log_path=config.log_path(node.name),
+            config_file=write_server_config(config, node) if config.nats_auth or clustered else None,
+            name=node.name,
+            clustered=clustered,
+        )
+        for node in nodes
+    ]
+
+
+class ReplicasRefusedError(ValueError):
+    """Replicas asked for whose service's state would stay per process
+    (:mod:`knowsphere_stack.shared_state`)."""
+
+
 def build_components(config: StackConfig) -> list[ComponentSpec]:
-    """Every component ``config`` asks for, in start order (NATS, Temporal, then the services)."""
+    """Every component ``config`` asks for, in start order (NATS, Temporal, then the services, each
+    followed by its replicas). Raises :class:`ReplicasRefusedError` for replicas that cannot share their
+    service's state."""
+    from knowsphere_stack.shared_state import unshared_state
+
+    refused = unshared_state(config)
+    if refused:
+        raise ReplicasRefusedError("\n".join(refused.values()))
     components: list[ComponentSpec] = []
     if config.nats_enabled:
-        from knowsphere_stack.nats_auth import write_server_config
-
-        store_dir = config.service_data_dir(NATS)
-        components.append(
-            nats_component(
-                store_dir,
-                config.nats_port,
-                config.nats_monitor_port,
-                log_path=config.log_path(NATS),
-                config_file=write_server_config(config, store_dir) if config.nats_auth else None,
-            )
-        )
+        components += nats_components(config)
     if config.temporal_enabled:
         components.append(
             temporal_component(
@@ -369,23 +473,13 @@ def build_components(config: StackConfig) -> list[ComponentSpec]:
         workers = [INGESTION_WORKER] if wants_worker else []
         ensure_tls_certificates(config.tls_dir, [*services, *workers, LOCAL_CLIENT_ISSUER])
     for name in services:
-        components.append(service_component(name, config, master_key=master_key, identity_dir=identity_dir))
+        for instance in service_instances(config, name):
+            components.append(
+                service_component(
+                    name, config, master_key=master_key, identity_dir=identity_dir, instance=instance
+                )
+            )
         if name == "ingestion" and wants_worker:
-            components.append(worker_component(config, identity_dir=identity_dir))
+            for instance in service_instances(config, INGESTION_WORKER):
+                components.append(worker_component(config, identity_dir=identity_dir, instance=instance))
     return components
-
-
-def port_fields_in_use(config: StackConfig) -> list[str]:
-    """The config fields naming the ports that the components of ``config`` will bind."""
-    fields: list[str] = []
-    if config.nats_enabled:
-        fields += ["nats_port", "nats_monitor_port"]
-    if config.temporal_enabled:
-        fields += ["temporal_port", "temporal_http_port", "temporal_metrics_port"]
-        if not config.temporal_headless:
-            fields.append("temporal_ui_port")
-    for name in config.services:
-        fields.append(f"{name}_grpc_port")
-        if name == "gateway":
-            fields.append("gateway_http_port")
-    return fields

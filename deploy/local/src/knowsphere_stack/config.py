@@ -4,6 +4,10 @@ One pydantic-settings class, read from ``KS_STACK_*`` environment variables and 
 working directory. Every port has a fixed default chosen to stay clear of the standard ones (NATS 4222,
 PostgreSQL 5432, Temporal 7233), so two developers' habits do not collide; tests build a config with
 random free ports instead (:meth:`StackConfig.with_free_ports`).
+
+Replicas of a service (``KS_STACK_REPLICAS_<SERVICE>``) and the servers of a NATS cluster
+(``KS_STACK_NATS_CLUSTER``) have no port settings of their own: instance ``k`` listens on its first
+instance's port plus ``(k - 1) * KS_STACK_REPLICA_PORT_STEP`` (:mod:`knowsphere_stack.layout`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "KS_STACK_"
@@ -37,6 +41,17 @@ SERVICE_NAMES: tuple[str, ...] = (
 INGESTION_WORKER = "ingestion-worker"
 """Component name of the ingestion Temporal worker (``python -m knowsphere_ingestion.worker``)."""
 
+REPLICABLE: tuple[str, ...] = ("modelhub", "retrieval", INGESTION_WORKER, "conversation")
+"""The components ``KS_STACK_REPLICAS_<NAME>`` may start several of: the ones whose work is shared
+between processes (gRPC calls balanced by their callers, Temporal's task queue, JetStream's work queue).
+The others keep state or a port of their own (the gateway's HTTP port, ingestion's uploads in progress)."""
+REPLICAS_ENV_PREFIX = "KS_STACK_REPLICAS_"
+MAX_REPLICAS = 8
+"""Processes of one service on one machine at most: beyond that they only compete for the same cores."""
+NATS_CLUSTER_SIZES = (1, 3, 5)
+"""A single server, or a cluster with an odd number of servers (JetStream needs a majority: 3 keep
+working without one, 5 without two)."""
+
 
 def free_port(host: str = LOOPBACK) -> int:
     """Return a TCP port that is free on ``host`` right now (the kernel picks it)."""
@@ -52,6 +67,10 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
             sock.bind((host, 0))
             ports.append(sock.getsockname()[1])
         return ports
+
+
+FREE_PORT_ATTEMPTS = 20
+"""Tries of :meth:`StackConfig.with_free_ports` to find a layout whose derived ports are free too."""
 
 
 def _split_list(value: Any) -> Any:
@@ -84,6 +103,9 @@ class StackConfig(BaseSettings):
 
     nats_port: int = 4322
     nats_monitor_port: int = 8322
+    nats_cluster_port: int = Field(
+        default=6322, description="Route port of the first NATS server when KS_STACK_NATS_CLUSTER > 1."
+    )
     temporal_port: int = 7333
     temporal_ui_port: int = 8333
     temporal_http_port: int = 7343
@@ -121,6 +143,11 @@ class StackConfig(BaseSettings):
         description="Services to start (comma-separated in the environment), always in canonical order.",
     )
     nats_enabled: bool = True
+    nats_cluster: int = Field(
+        default=1,
+        description="NATS servers: 1, or a cluster of 3 or 5 (routes on loopback, JetStream on each, "
+        "every stream kept by 3 of them).",
+    )
     nats_auth: bool = Field(
         default=True,
         description="NATS admits only the services' nkeys, each with its permissions "
@@ -133,6 +160,25 @@ class StackConfig(BaseSettings):
     ingestion_worker: bool | None = Field(
         default=None,
         description="Also start `python -m knowsphere_ingestion.worker`; None: if the module exists.",
+    )
+
+    replicas_modelhub: int = Field(default=1, description="modelhub processes (needs PostgreSQL beyond 1).")
+    replicas_retrieval: int = Field(
+        default=1, description="retrieval processes (needs server backends beyond 1)."
+    )
+    replicas_ingestion_worker: int = Field(
+        default=1, description="ingestion worker processes polling the same Temporal task queue."
+    )
+    replicas_conversation: int = Field(
+        default=1,
+        description="conversation processes sharing the chat work queue (needs PostgreSQL beyond 1).",
+    )
+    replica_port_step: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Instance k of a replicated service or NATS server listens on the first one's port + "
+        "(k - 1) * this.",
     )
 
     identity_keys_dir: Path | None = Field(
@@ -162,6 +208,39 @@ class StackConfig(BaseSettings):
         if unknown:
             raise TypeError(f"StackConfig has no field(s) {', '.join(unknown)}")
         super().__init__(**values)
+
+    @field_validator(*(f"replicas_{name.replace('-', '_')}" for name in REPLICABLE), mode="after")
+    @classmethod
+    def _replicas_in_range(cls, value: int, info: ValidationInfo) -> int:
+        if not 1 <= value <= MAX_REPLICAS:
+            raise ValueError(
+                f"{cls.env_var(str(info.field_name))}={value}: between 1 and {MAX_REPLICAS} processes of a "
+                f"service on one machine"
+            )
+        return value
+
+    @field_validator("nats_cluster", mode="after")
+    @classmethod
+    def _known_cluster_size(cls, value: int) -> int:
+        if value not in NATS_CLUSTER_SIZES:
+            clusters = " or ".join(str(size) for size in NATS_CLUSTER_SIZES[1:])
+            raise ValueError(
+                f"{cls.env_var('nats_cluster')}={value}: NATS runs as 1 server or a cluster of {clusters} "
+                f"(an odd number keeps a majority)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _no_unknown_replicas(self) -> StackConfig:
+        # extra="ignore" would drop KS_STACK_REPLICAS_GATEWAY (or a misspelt service) without a word.
+        known = {self.env_var(f"replicas_{name.replace('-', '_')}") for name in REPLICABLE}
+        unknown = sorted(k for k in os.environ if k.startswith(REPLICAS_ENV_PREFIX) and k not in known)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: ks-stack replicates only {', '.join(REPLICABLE)} "
+                f"({', '.join(sorted(known))})"
+            )
+        return self
 
     @field_validator("data_dir", mode="after")
     @classmethod
@@ -197,12 +276,26 @@ class StackConfig(BaseSettings):
 
     @classmethod
     def with_free_ports(cls, **values: Any) -> StackConfig:
-        """A config whose every port is a random free one; other fields as given (or from the environment)."""
-        names = cls.port_fields()
-        ports = free_ports(len(names))
-        for name, port in zip(names, ports, strict=True):
-            values.setdefault(name, port)
-        return cls(**values)
+        """A config whose every port is a random free one; other fields as given (or from the environment).
+
+        The ports of further replicas and NATS servers follow from those (``replica_port_step``): the
+        choice is repeated until they are free too and collide with none of the others.
+        """
+        from knowsphere_stack.layout import derived_ports_free, layout_problems
+
+        names = [name for name in cls.port_fields() if name not in values]
+        for _ in range(FREE_PORT_ATTEMPTS):
+            ports = free_ports(len(names))
+            config = cls(**values, **dict(zip(names, ports, strict=True)))
+            if not layout_problems(config) and derived_ports_free(config):
+                return config
+        return config  # the caller's own ports collide: Stack.start names them
+
+    def replicas(self, component: str) -> int:
+        """How many processes of ``component`` this config runs (1 for one that is not replicable)."""
+        if component not in REPLICABLE:
+            return 1
+        return int(getattr(self, f"replicas_{component.replace('-', '_')}"))
 
     # Derived paths and addresses -------------------------------------------------------------
 
@@ -239,8 +332,16 @@ class StackConfig(BaseSettings):
         return f"{LOOPBACK}:{self.grpc_port(service)}"
 
     @property
+    def nats_urls(self) -> list[str]:
+        """The client URL of every NATS server (one, or each server of the cluster)."""
+        from knowsphere_stack.layout import nats_nodes
+
+        return [f"nats://{LOOPBACK}:{node.port}" for node in nats_nodes(self)]
+
+    @property
     def nats_url(self) -> str:
-        return f"nats://{LOOPBACK}:{self.nats_port}"
+        """The NATS URL the services get: one server's, or the cluster's comma-separated."""
+        return ",".join(self.nats_urls)
 
     @property
     def temporal_address(self) -> str:

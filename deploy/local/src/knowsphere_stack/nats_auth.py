@@ -8,6 +8,11 @@ is written anew: loopback client and monitoring ports, JetStream stored in ``<da
 ``KS_NATS_NKEY_SEED_FILE`` naming its own seed; a connection without a known key is refused.
 
 ``KS_STACK_NATS_AUTH=false`` starts NATS without authentication, as before.
+
+With a cluster (``KS_STACK_NATS_CLUSTER``) every server gets such a file in its own folder
+(``<data>/nats-2/nats-server.conf`` …) with the same ``authorization`` block, its name and the
+``cluster`` block of :mod:`knowsphere_stack.nats_cluster`; a cluster always starts from configuration
+files, with or without client authentication.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from knowsphere_runtime.nats_permissions import (
     seed_path,
 )
 from knowsphere_stack.config import LOOPBACK, StackConfig
+from knowsphere_stack.layout import NatsNode, nats_nodes
+from knowsphere_stack.nats_cluster import cluster_block, ensure_route_secret
 
 CONFIG_FILE_NAME = "nats-server.conf"
 
@@ -40,11 +47,22 @@ def nats_auth_on(config: StackConfig) -> bool:
     return config.nats_enabled and config.nats_auth
 
 
-def server_config(store_dir: Path, port: int, monitor_port: int, authorization: str) -> str:
+def server_config(
+    store_dir: Path,
+    port: int,
+    monitor_port: int,
+    authorization: str,
+    *,
+    server_name: str | None = None,
+    cluster: str = "",
+) -> str:
     """A nats-server configuration: what ``nats_component`` sets on the command line without
-    authentication (loopback ports, JetStream in ``store_dir``) plus ``authorization``."""
+    authentication (loopback ports, JetStream in ``store_dir``) plus ``authorization``; in a cluster,
+    the server's name (JetStream needs one per server) and its ``cluster`` block."""
+    name = f"server_name: {json.dumps(server_name)}\n" if server_name else ""
     return (
         "# Written by ks-stack at every start (knowsphere_stack.nats_auth); edits are overwritten.\n"
+        f"{name}"
         f"host: {json.dumps(LOOPBACK)}\n"
         f"port: {port}\n"
         f"http: {json.dumps(f'{LOOPBACK}:{monitor_port}')}\n"
@@ -52,22 +70,37 @@ def server_config(store_dir: Path, port: int, monitor_port: int, authorization: 
         f"  store_dir: {json.dumps(str(store_dir))}\n"
         "}\n"
         f"{authorization}"
+        f"{cluster}"
     )
 
 
-def write_server_config(config: StackConfig, store_dir: Path) -> Path:
-    """Generate the missing seeds and write the server configuration admitting every identity; its path."""
-    seeds = ensure_seeds(nats_secrets_dir(config), NATS_PERMISSIONS)
+def write_server_config(config: StackConfig, node: NatsNode | None = None) -> Path:
+    """Write the configuration of NATS server ``node`` (by default the first) into its folder: with
+    ``KS_STACK_NATS_AUTH``, admitting every identity (missing seeds generated); in a cluster, with its
+    routes. Its path. The file is private (0600): it may hold the routes' password."""
+    node = node or nats_nodes(config)[0]
+    authorization = ""
+    if nats_auth_on(config):
+        seeds = ensure_seeds(nats_secrets_dir(config), NATS_PERMISSIONS)
+        authorization = authorization_block(public_keys_of_seeds(seeds))
+    cluster = ""
+    if node.cluster_port is not None:
+        cluster = cluster_block(node, nats_nodes(config), ensure_route_secret(nats_secrets_dir(config)))
     text = server_config(
-        store_dir,
-        config.nats_port,
-        config.nats_monitor_port,
-        authorization_block(public_keys_of_seeds(seeds)),
+        node.jetstream_dir,
+        node.port,
+        node.monitor_port,
+        authorization,
+        server_name=node.name if node.cluster_port is not None else None,
+        cluster=cluster,
     )
-    store_dir.mkdir(parents=True, exist_ok=True)
-    path = store_dir / CONFIG_FILE_NAME
+    node.store_dir.mkdir(parents=True, exist_ok=True)
+    path = node.store_dir / CONFIG_FILE_NAME
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(text)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(temporary, 0o600)  # an older temporary file keeps its mode through O_TRUNC
     os.replace(temporary, path)
     return path
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +23,12 @@ from typing import TYPE_CHECKING
 from knowsphere_stack import process_identity
 from knowsphere_stack.components import (
     LOCAL_CLIENT_ISSUER,
-    NATS,
-    TEMPORAL,
     ComponentSpec,
     build_components,
     missing_service_modules,
-    port_fields_in_use,
 )
-from knowsphere_stack.config import LOOPBACK, SERVICE_NAMES, StackConfig
+from knowsphere_stack.config import LOOPBACK, StackConfig
+from knowsphere_stack.layout import grpc_addresses, layout_problems, port_is_free, port_uses
 from knowsphere_stack.processes import ComponentStartError
 from knowsphere_stack.run_dir import SUPERVISOR, RecordedProcess, RunDir, StackState
 from knowsphere_stack.supervisor import RestartPolicy, Supervisor, SupervisorPlan
@@ -141,29 +137,30 @@ def _wait_gone(recorded: RecordedProcess, timeout: float) -> bool:
 
 
 def check_ports_free(config: StackConfig) -> None:
-    """Fail with a message naming each busy port and the variable that moves it."""
-    fields = port_fields_in_use(config)
-    problems: list[str] = []
+    """Fail with a message naming each busy or twice-used port and the settings that move it."""
+    problems = layout_problems(config)
     first_component: str | None = None
-    seen: dict[int, str] = {}
-    for name in fields:
-        port = int(getattr(config, name))
-        variable = StackConfig.env_var(name)
-        if port in seen:
-            problems.append(
-                f"port {port} is configured twice ({StackConfig.env_var(seen[port])} and {variable})"
-            )
-        elif not port_is_free(port):
-            problems.append(
-                f"port {port} is already in use on {LOOPBACK}; stop what listens there or set {variable} "
-                f"to a free port"
-            )
-        else:
-            seen[port] = name
+    if problems:
+        first_component = "ports"
+    for use in port_uses(config):
+        if port_is_free(use.port):
             continue
-        first_component = first_component or _component_of_port_field(name)
+        problems.append(
+            f"port {use.port} ({use.component}) is already in use on {LOOPBACK}; stop what listens there "
+            f"or move it with {use.setting}"
+        )
+        first_component = first_component or use.component
     if problems:
         raise StackStartError(first_component or "ports", "cannot start:\n  " + "\n  ".join(problems))
+
+
+def check_replicas_can_share(config: StackConfig) -> None:
+    """Fail at once when replicas are asked for whose service keeps its state in its own process."""
+    from knowsphere_stack.shared_state import unshared_state
+
+    refused = unshared_state(config)
+    if refused:
+        raise StackStartError(next(iter(refused)), "cannot start:\n  " + "\n  ".join(refused.values()))
 
 
 def check_services_installed(config: StackConfig) -> None:
@@ -177,26 +174,6 @@ def check_services_installed(config: StackConfig) -> None:
         ]
         lines.append(f"or leave it out with {StackConfig.env_var('services')}")
         raise StackStartError(missing[0], "cannot start:\n  " + "\n  ".join(lines))
-
-
-def port_is_free(port: int, host: str = LOOPBACK) -> bool:
-    # SO_REUSEADDR as the servers use it: a port only in TIME_WAIT is free for them too.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
-    return True
-
-
-def _component_of_port_field(field_name: str) -> str:
-    for name in (NATS, TEMPORAL, *SERVICE_NAMES):
-        if field_name.startswith(f"{name}_"):
-            return name
-    return field_name
 
 
 def wait_until_healthy(
@@ -269,10 +246,21 @@ class Stack:
 
     @property
     def nats_url(self) -> str:
+        """One server's URL, or the cluster's comma-separated (``build_broker`` takes either)."""
         return self.config.nats_url
 
+    @property
+    def nats_urls(self) -> list[str]:
+        """Every NATS server's URL (``nats.connect(servers=…)``)."""
+        return self.config.nats_urls
+
     def grpc_addr(self, name: str) -> str:
+        """The first instance of service ``name``."""
         return self.config.grpc_addr(name)
+
+    def grpc_addresses(self, name: str) -> str:
+        """Every instance of service ``name``, comma-separated (``open_channel`` balances over them)."""
+        return grpc_addresses(self.config, name)
 
     def sign_as_local_client(self) -> None:
         """Make this process's direct gRPC and NATS calls trusted by the stack's services: its identity
@@ -325,6 +313,7 @@ class Stack:
         # Leftovers of a stack whose supervisor died: stop them before their ports are checked.
         stop_running_stack(self.run_dir, self.config.stop_grace)
         check_services_installed(self.config)
+        check_replicas_can_share(self.config)
         check_ports_free(self.config)
         self.components = build_components(self.config)
         self._prepare_directories()

@@ -64,6 +64,16 @@ class IdentityMiddleware(BaseMiddleware):  # type: ignore[type-arg]
         return await call_next(cmd)
 
 
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS URL setting: one URL, or a comma-separated list of the servers of one
+    cluster (``nats://127.0.0.1:4322,nats://127.0.0.1:4332``), which the client tries in turn and
+    fails over between."""
+    servers = [server.strip() for server in url.split(",") if server.strip()]
+    if not servers:
+        raise ValueError(f"NATS URL {url!r} names no server")
+    return servers
+
+
 def build_broker(
     url: str,
     *,
@@ -72,7 +82,8 @@ def build_broker(
     auth: NatsAuthSettings | None = None,
     **options: Any,
 ) -> NatsBroker:
-    """A FastStream NATS broker with tracing and identity propagation.
+    """A FastStream NATS broker with tracing and identity propagation, connected to ``url`` (one server
+    or a cluster's list: :func:`nats_servers`).
 
     ``graceful_timeout`` is how long, on shutdown, in-flight handlers may run to completion
     before the connection closes. A lost connection is retried forever (every second, not the client
@@ -119,7 +130,7 @@ def build_broker(
     options.setdefault("closed_cb", back)
     options.setdefault("error_cb", refused)
     return NatsBroker(
-        url,
+        nats_servers(url),
         name=client_name,
         graceful_timeout=graceful_timeout,
         middlewares=[NatsTelemetryMiddleware(), IdentityMiddleware],

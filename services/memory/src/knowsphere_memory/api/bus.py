@@ -1,7 +1,7 @@
 """Memory on the NATS bus: document affinity from ``TurnCompleted`` events, and deleted documents
 forgotten from ``DocumentsDeleted`` events (both JetStream durable consumers).
 
-A JetStream durable pull consumer (:data:`TURN_COMPLETED_STREAM`, subject
+A JetStream durable pull consumer (:data:`~knowsphere_runtime.streams.TURN_COMPLETED`, subject
 ``ks.conversation.turn.completed.v1``) hands each event to the :class:`TurnRecorder` found in
 FastStream's context under :data:`TURN_RECORDER`. The asker comes from the event's signed ``ks-identity``
 header. A completed turn's cited documents get one hit each, keyed by ``turn_id`` in the
@@ -18,17 +18,17 @@ from typing import Annotated
 import structlog
 from faststream import Context
 from faststream.middlewares import AckPolicy
-from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
+from faststream.nats import ConsumerConfig, NatsRouter, PullSub
 from opentelemetry import trace
 
-from knowsphere_contracts.events import TURN_COMPLETED_STREAM, DocumentsDeleted, TurnCompleted
+from knowsphere_contracts.events import DocumentsDeleted, TurnCompleted
 from knowsphere_memory.api.affinity import record_turn
 from knowsphere_memory.domain.ports import MemoryStore
 from knowsphere_memory.domain.records import CitedDocumentRecord, Owner
 from knowsphere_memory.settings import Settings
 from knowsphere_runtime.identity import current_identity
 from knowsphere_runtime.nats_auth import pull_inbox_prefix
-from knowsphere_runtime.streams import DOCUMENTS_DELETED
+from knowsphere_runtime.streams import DOCUMENTS_DELETED, TURN_COMPLETED
 from knowsphere_telemetry import attributes
 
 log = structlog.get_logger(__name__)
@@ -100,7 +100,9 @@ def build_bus(
 
     @router.subscriber(
         TurnCompleted.subject,
-        stream=JStream(TURN_COMPLETED_STREAM, subjects=[TurnCompleted.subject]),
+        # The stream as conversation declares it (duplicate window, replicas on a cluster): a
+        # declaration of its own would change it back.
+        stream=TURN_COMPLETED,
         durable=durable_name,
         pull_sub=PullSub(batch_size=PULL_BATCH_SIZE),
         inbox_prefix=inboxes,

@@ -1,0 +1,473 @@
+"""Scale-out on one machine: replicas started by ``ks-stack`` on a 3-server NATS cluster, end to end.
+
+One stack for the module, started by the same launcher as ``make up`` with ``KS_STACK_NATS_CLUSTER=3``,
+``KS_STACK_REPLICAS_INGESTION_WORKER=2`` and ``KS_STACK_REPLICAS_CONVERSATION=2``. The conversation
+replicas keep sessions and checkpoints in a fresh PostgreSQL database each run (the machine's server
+at ``KS_TEST_POSTGRES_URL``; skipped without one, failed with ``KS_TEST_REQUIRE_POSTGRES=1``), as
+ks-stack requires of replicas. Three things are checked, each as a user of the platform would notice:
+
+- uploads are ingested by both workers (Temporal's history names the worker of each activity), each
+  document ready exactly once;
+- concurrent chat turns are answered by both conversation replicas, each exactly once;
+- the streams are kept by 3 servers, and killing one NATS server (by its pid) while messages are
+  published and consumed loses none and stores none twice; the platform answers on afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from temporalio.client import Client
+
+from knowsphere_contracts.events import (
+    CHAT_EVENTS_STREAM,
+    CHAT_REQUESTS_STREAM,
+    DOCUMENTS_DELETED_STREAM,
+    TURN_COMPLETED_STREAM,
+)
+from knowsphere_runtime.streams import SESSION_LEASES_BUCKET
+from knowsphere_stack import Stack, StackConfig
+
+from .test_gateway_ingestion import events
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
+from scripted_provider import Recorded, Reply, ScriptedProvider, openai_decision, openai_text_stream
+
+pytestmark = pytest.mark.e2e
+
+POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("KS_TEST_REQUIRE_POSTGRES", "") == "1"
+PROXY_SECRET = "e2e-replicas-proxy-secret-" + "0123456789abcdef" * 2
+TIMEOUT = httpx.Timeout(30.0, read=120.0)
+READY_WITHIN_SECONDS = 150.0
+WORKERS = ("ingestion-worker", "ingestion-worker-2")
+CONVERSATIONS = ("conversation", "conversation-2")
+NATS_SERVERS = ("nats", "nats-2", "nats-3")
+PLATFORM_STREAMS = (CHAT_REQUESTS_STREAM, CHAT_EVENTS_STREAM, TURN_COMPLETED_STREAM, DOCUMENTS_DELETED_STREAM)
+
+CODE_WORDS = ("amber", "birch", "cobalt", "dune", "ember", "fjord")
+DOCUMENTS = {
+    f"note-{i}.md": f"# Note {i}\n\nThe code word of note {i} is {word}. It opens cabinet {i}.\n".encode()
+    for i, word in enumerate(CODE_WORDS, start=1)
+}
+
+
+# The stack -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def fresh_postgres_databases(count: int) -> Iterator[list[str]]:
+    """``count`` new databases on the test PostgreSQL server (as SQLAlchemy URLs), dropped afterwards."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    names = [f"ks_e2e_replicas_{uuid.uuid4().hex[:10]}" for _ in range(count)]
+
+    async def run(statements: list[str]) -> None:
+        admin = create_async_engine(
+            make_url(POSTGRES_URL).set(database="postgres"),
+            isolation_level="AUTOCOMMIT",
+            connect_args={"timeout": 3},
+        )
+        try:
+            async with asyncio.timeout(10), admin.connect() as conn:
+                for statement in statements:
+                    await conn.execute(text(statement))
+        finally:
+            await admin.dispose()
+
+    try:
+        asyncio.run(run([f'CREATE DATABASE "{name}"' for name in names]))
+    except Exception as error:  # no server: skip (or fail when one is required), saying why
+        reason = f"PostgreSQL not reachable at {POSTGRES_URL} ({type(error).__name__}: {error})"
+        if REQUIRE_POSTGRES:
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield [
+            make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False) for name in names
+        ]
+    finally:
+        asyncio.run(run([f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' for name in names]))
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory: pytest.TempPathFactory, model_server: ScriptedProvider) -> Iterator[Stack]:
+    with fresh_postgres_databases(2) as (sessions, checkpoints):
+        config = StackConfig.with_free_ports(
+            data_dir=tmp_path_factory.mktemp("replicas"),
+            temporal_headless=True,
+            nats_cluster=3,
+            replicas_ingestion_worker=2,
+            replicas_conversation=2,
+            stop_grace=10,
+            extra_env={
+                "OTEL_TRACES_EXPORTER": "none",
+                "KS_GATEWAY_PROXY_SECRET": PROXY_SECRET,
+                **model_server.modelhub_egress_env(),
+                "KS_CONVERSATION_DATABASE_URL": sessions,
+                # psycopg's own form of the URL for LangGraph's saver.
+                "KS_CONVERSATION_CHECKPOINT_URL": checkpoints.replace(
+                    "postgresql+asyncpg://", "postgresql://"
+                ),
+                # One turn at a time per replica: concurrent turns must be shared to be answered.
+                "KS_CONVERSATION_MAX_CONCURRENT_TURNS": "1",
+                # Each stage a task of its own on the queue (not the local activities of the workflow's
+                # worker), so a handful of documents is shared between the workers in any case.
+                "KS_INGESTION_LOCAL_ACTIVITIES": "false",
+            },
+        )
+        with Stack(config) as stack:
+            yield stack
+
+
+def component_pid(stack: Stack, name: str) -> int:
+    state = stack.state()
+    assert state is not None
+    pid = state.component(name).pid
+    assert pid is not None, state.component(name)
+    return pid
+
+
+def client(stack: Stack, tenant: str) -> httpx.Client:
+    headers = {
+        "x-ks-proxy-secret": PROXY_SECRET,
+        "x-ks-tenant-id": tenant,
+        "x-ks-user-id": "alice",
+        "x-ks-role": "admin",
+    }
+    return httpx.Client(base_url=f"{stack.gateway_url}/api/v1", timeout=TIMEOUT, headers=headers)
+
+
+def log_records(stack: Stack, component: str) -> list[dict[str, Any]]:
+    """The JSON lines of a component's log (the launcher's own lines are not JSON)."""
+    records = []
+    for line in stack.config.log_path(component).read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def test_the_stack_lists_every_replica_and_server(replicated: Stack) -> None:
+    state = replicated.state()
+    assert state is not None
+    names = [c.name for c in state.components]
+    for name in (*NATS_SERVERS, *WORKERS, *CONVERSATIONS):
+        assert name in names and state.component(name).status == "healthy", state.component(name)
+        assert Path(replicated.config.log_path(name)).is_file()
+    assert len({state.component(name).pid for name in (*WORKERS, *CONVERSATIONS)}) == 4
+
+
+# (b) the ingestion workers ---------------------------------------------------------------------
+
+
+async def activity_workers(address: str) -> Counter[str]:
+    """Per worker identity (``pid@host``), the activities it ran of every ingestion workflow."""
+    temporal = await Client.connect(address)
+    ran: Counter[str] = Counter()
+    async for execution in temporal.list_workflows("WorkflowType = 'IngestDocuments'"):
+        handle = temporal.get_workflow_handle(execution.id, run_id=execution.run_id)
+        async for event in handle.fetch_history_events():
+            if event.HasField("activity_task_started_event_attributes"):
+                ran[event.activity_task_started_event_attributes.identity] += 1
+    return ran
+
+
+async def watch_ready(
+    http: httpx.AsyncClient, kb_id: str, ready: Counter[str], opened: asyncio.Event
+) -> None:
+    """Counts the "ready" progress events of each document of a knowledge base, until cancelled."""
+    async with http.stream("GET", f"/knowledge-bases/{kb_id}/progress") as stream:
+        assert stream.status_code == 200
+        opened.set()
+        async for line in stream.aiter_lines():
+            if line.startswith("data:"):
+                data = json.loads(line.removeprefix("data:"))
+                if data.get("status") == "ready":
+                    ready[data["document_id"]] += 1
+
+
+async def ingest(stack: Stack) -> tuple[list[dict[str, Any]], Counter[str], dict[str, list[str]]]:
+    """The documents uploaded one by one and waited for: their records, the "ready" events of each,
+    and for each code word the files of the passages holding it."""
+    headers = {"x-ks-proxy-secret": PROXY_SECRET, "x-ks-tenant-id": f"t{uuid.uuid4().hex[:10]}"}
+    headers |= {"x-ks-user-id": "alice", "x-ks-role": "admin"}
+    base = f"{stack.gateway_url}/api/v1"
+    async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT, headers=headers) as http:
+        created = await http.post("/knowledge-bases", json={"name": f"kb-{uuid.uuid4().hex[:8]}"})
+        assert created.status_code == 201, created.text
+        kb_id = created.json()["id"]
+        ready: Counter[str] = Counter()
+        opened = asyncio.Event()
+        watcher = asyncio.create_task(watch_ready(http, kb_id, ready, opened))
+        await asyncio.wait_for(opened.wait(), 30)
+        ids = []
+        for file_name, data in DOCUMENTS.items():
+            response = await http.post(
+                f"/knowledge-bases/{kb_id}/documents", files={"file": (file_name, data)}
+            )
+            assert response.status_code == 201, response.text
+            ids.append(response.json()["document"]["id"])
+        deadline = time.monotonic() + READY_WITHIN_SECONDS
+        while True:
+            documents = [(await http.get(f"/documents/{i}")).json() for i in ids]
+            if all(d["status"] in ("ready", "failed") for d in documents) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2)  # a second "ready" of any of them would have come by now
+        watcher.cancel()
+        holding: dict[str, list[str]] = {}
+        for word in CODE_WORDS:
+            found = await http.post(f"/knowledge-bases/{kb_id}/search", json={"query": f"code word {word}"})
+            assert found.status_code == 200, found.text
+            holding[word] = [r["file_name"] for r in found.json()["results"] if word in r["text"]]
+    return documents, ready, holding
+
+
+def test_uploads_are_ingested_by_both_workers_each_ready_once(replicated: Stack) -> None:
+    documents, ready, holding = asyncio.run(ingest(replicated))
+    assert [(d["file_name"], d["status"]) for d in documents] == [(f, "ready") for f in DOCUMENTS]
+    assert all(d["chunk_count"] > 0 for d in documents), documents
+    assert ready == Counter({d["id"]: 1 for d in documents}), ready
+    # Each document indexed once: its code word is in one passage, its own.
+    assert holding == {word: [f"note-{i}.md"] for i, word in enumerate(CODE_WORDS, start=1)}, holding
+
+    ran = asyncio.run(activity_workers(replicated.temporal_address))
+    by_worker = {name: ran[f"{component_pid(replicated, name)}@{os.uname().nodename}"] for name in WORKERS}
+    assert sum(by_worker.values()) == sum(ran.values()), (by_worker, ran)  # nobody else ran any
+    assert all(count > 0 for count in by_worker.values()), by_worker
+
+
+# (c) the conversation replicas ----------------------------------------------------------------
+
+
+def use_scripted_model(http: httpx.Client, server: ScriptedProvider) -> None:
+    created = http.post(
+        "/models",
+        json={
+            "display_name": "scripted chat",
+            "provider_id": "custom",
+            "model_name": "scripted-chat",
+            "types": ["knowledge_qa"],
+            "base_url": f"{server.url}/v1",
+            "api_key": "sk-e2e-replicas-0001",
+        },
+    )
+    assert created.status_code == 201, created.text
+    chosen = http.put("/models/defaults/knowledge_qa", json={"model_id": created.json()["id"]})
+    assert chosen.status_code == 200, chosen.text
+
+
+def ask(http: httpx.Client, message: str, **fields: Any) -> list[tuple[str, dict[str, Any]]]:
+    with http.stream("POST", "/chat/turns", json={"message": message, **fields}) as response:
+        assert response.status_code == 200, response.read()
+        return list(events(response))
+
+
+def answered_turns(stack: Stack) -> Counter[tuple[str, str]]:
+    """(replica, turn id) of every turn a conversation replica reports finished."""
+    return Counter(
+        (name, record["turn_id"])
+        for name in CONVERSATIONS
+        for record in log_records(stack, name)
+        if record.get("event") == "turn finished"
+    )
+
+
+ANSWER = ["Hello,", " nice to", " meet you."]
+
+
+def chat_model(request: Recorded) -> Reply:
+    decision = openai_decision("B", request.json)  # chitchat: one streamed answer
+    if decision is not None:
+        return decision
+    return dataclasses.replace(openai_text_stream(ANSWER), chunk_delay=0.4)
+
+
+def test_concurrent_turns_are_shared_by_both_conversation_replicas_each_once(
+    replicated: Stack, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", chat_model)
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    messages = [f"hello number {i} ({tenant})" for i in range(4)]
+    with client(replicated, tenant) as http:
+        use_scripted_model(http, model_server)
+        with ThreadPoolExecutor(max_workers=len(messages)) as pool:
+            turns = list(pool.map(lambda m: ask(http, m), messages))
+
+    turn_ids = []
+    for turn in turns:
+        names = [name for name, _ in turn]
+        assert names[0] == "started" and names.count("completed") == 1 and "error" not in names, turn
+        assert turn[-1][1]["text"] == "".join(ANSWER), turn[-1]
+        assert [data["sequence"] for _, data in turn] == list(range(len(turn))), turn
+        turn_ids.append(turn[0][1]["turn_id"])
+    # The model was asked for each answer once.
+    answers = [
+        r for r in model_server.requests_to("/v1/chat/completions") if openai_decision("B", r.json) is None
+    ]
+    asked = Counter(m for r in answers for m in messages if m in json.dumps(r.json["messages"]))
+    assert asked == Counter(messages), asked
+
+    deadline = time.monotonic() + 10  # the log line follows the final event
+    while True:
+        finished = {key: n for key, n in answered_turns(replicated).items() if key[1] in turn_ids}
+        if len(finished) >= len(turn_ids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert sorted(turn for _, turn in finished) == sorted(turn_ids), finished  # each by one replica
+    assert set(finished.values()) == {1}, finished
+    assert {replica for replica, _ in finished} == set(CONVERSATIONS), finished
+
+
+# (a) the NATS cluster ---------------------------------------------------------------------------
+
+
+async def stream_replicas(stack: Stack, stream: str) -> tuple[int, int]:
+    """A stream's configured replicas and the servers holding it now."""
+    connection = await nats.connect(servers=stack.nats_urls, **stack.nats_auth().connect_options())
+    try:
+        info = await connection.jetstream().stream_info(stream)
+    finally:
+        await connection.close()
+    peers = 1 + len(info.cluster.replicas or []) if info.cluster else 1
+    return info.config.num_replicas or 1, peers
+
+
+WORK_MESSAGES = 300
+KILL_AFTER = 100
+
+
+async def publish_and_consume_through_a_kill(stack: Stack) -> dict[str, Any]:
+    """Publish ``WORK_MESSAGES`` messages to a replicated stream while a durable consumer takes them;
+    after ``KILL_AFTER`` the stream's leader is killed. What was stored and received."""
+    connection = await nats.connect(
+        servers=stack.nats_urls,
+        reconnect_time_wait=0.5,
+        max_reconnect_attempts=-1,
+        **stack.nats_auth().connect_options(),
+    )
+    js = connection.jetstream(timeout=2.0)
+    stream, subject = f"E2E_WORK_{uuid.uuid4().hex[:6]}", f"e2e.work.{uuid.uuid4().hex[:6]}"
+    await js.add_stream(StreamConfig(name=stream, subjects=[subject], num_replicas=3, duplicate_window=120))
+    info = await js.stream_info(stream)
+    leader = info.cluster.leader if info.cluster else None
+    assert leader in NATS_SERVERS, info.cluster
+    consumer = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=5)
+    subscription = await js.pull_subscribe(subject, durable="e2e-worker", stream=stream, config=consumer)
+    received: Counter[int] = Counter()
+    published = 0
+    killed: dict[str, Any] = {}
+
+    async def publish() -> None:
+        nonlocal published
+        for number in range(WORK_MESSAGES):
+            while True:  # as a producer does: the same message again (deduplicated) until acknowledged
+                try:
+                    await js.publish(subject, str(number).encode(), headers={"Nats-Msg-Id": f"m{number}"})
+                    break
+                except Exception as error:  # no responders, timeout, a server going away
+                    killed.setdefault("publish_errors", []).append(type(error).__name__)
+                    await asyncio.sleep(0.2)
+            published += 1
+            if published == KILL_AFTER:
+                pid = component_pid(stack, str(leader))
+                os.kill(pid, signal.SIGKILL)
+                killed.update(server=leader, pid=pid, at=time.monotonic())
+
+    async def consume() -> None:
+        deadline = time.monotonic() + 90
+        while len(received) < WORK_MESSAGES and time.monotonic() < deadline:
+            try:
+                messages = await subscription.fetch(50, timeout=1.0)
+            except Exception:  # nothing yet, or the consumer's leader is moving
+                await asyncio.sleep(0.1)
+                continue
+            for message in messages:
+                received[int(message.data)] += 1
+                # Not acknowledged: delivered again after ack_wait, counted as seen twice, never lost.
+                with contextlib.suppress(Exception):
+                    await message.ack_sync(timeout=2.0)
+
+    await asyncio.gather(publish(), consume())
+    stored = (await js.stream_info(stream)).state
+    await js.delete_stream(stream)
+    await connection.close()
+    return {"received": received, "stored": stored.messages, "last_seq": stored.last_seq, **killed}
+
+
+def test_streams_are_kept_by_three_servers_and_a_killed_server_loses_nothing(
+    replicated: Stack, model_server: ScriptedProvider
+) -> None:
+    found = {name: asyncio.run(stream_replicas(replicated, name)) for name in PLATFORM_STREAMS}
+    assert found == {name: (3, 3) for name in PLATFORM_STREAMS}
+
+    outcome = asyncio.run(publish_and_consume_through_a_kill(replicated))
+    received: Counter[int] = outcome["received"]
+    lost = sorted(set(range(WORK_MESSAGES)) - set(received))
+    print(
+        json.dumps(
+            {
+                "killed": outcome.get("server"),
+                "publish_retries": len(outcome.get("publish_errors", [])),
+                "lost": len(lost),
+                "received_twice": sum(1 for n in received.values() if n > 1),
+            }
+        )
+    )
+    assert outcome.get("server") in NATS_SERVERS, outcome
+    assert lost == [], lost
+    assert (outcome["stored"], outcome["last_seq"]) == (WORK_MESSAGES, WORK_MESSAGES)  # none stored twice
+
+    # The supervisor brings the server back, and the platform answers on.
+    killed = str(outcome["server"])
+    deadline = time.monotonic() + 60
+    while True:
+        state = replicated.state()
+        assert state is not None
+        back = state.component(killed)
+        if (back.status, back.pid != outcome["pid"], back.restarts) == ("healthy", True, 1):
+            break
+        assert time.monotonic() < deadline, back
+        time.sleep(0.5)
+    # Two turns of one session: whichever replica runs each, the session (PostgreSQL) and its lease (a
+    # KV bucket, kept by 3 servers as the streams are) are the same.
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", chat_model)
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    with client(replicated, tenant) as http:
+        use_scripted_model(http, model_server)
+        created = http.post("/sessions", json={})
+        assert created.status_code == 201, created.text
+        session = created.json()["id"]
+        for question in ("are you still there", "and now"):
+            turn = ask(http, f"{question} ({tenant})", session_id=session)
+            assert [name for name, _ in turn].count("completed") == 1, turn
+            assert turn[-1][1]["text"] == "".join(ANSWER), turn[-1]
+        listed = http.get(f"/sessions/{session}/messages", params={"oldest_first": True})
+        assert listed.status_code == 200, listed.text
+        assert len(listed.json()["messages"]) == 4, listed.json()
+    assert asyncio.run(stream_replicas(replicated, f"KV_{SESSION_LEASES_BUCKET}")) == (3, 3)
