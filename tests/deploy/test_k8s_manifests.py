@@ -824,6 +824,13 @@ def test_production_runs_mutual_tls_between_every_process() -> None:
         assert env["KS_TLS_CERT_FILE"] == "/etc/knowsphere/tls/tls.crt", name
 
 
+def test_production_keeps_every_stream_on_three_nats_servers() -> None:
+    from knowsphere_runtime.streams import MAX_STREAM_REPLICAS
+
+    replicas = int(built_shared_config("production")["KS_NATS_STREAM_REPLICAS"])
+    assert 3 <= replicas <= MAX_STREAM_REPLICAS
+
+
 def test_production_authenticates_every_nats_client_with_its_own_key() -> None:
     production = load_yaml_docs(K8S / "overlays" / "production" / "kustomization.yaml")[0]
     assert "../../components/nats-auth" in production["components"]
