@@ -10,13 +10,18 @@ session to it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.helpers import get_artifact_text, get_data_parts
+from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 
 from .test_conversation import TIMEOUT, ask, client, ready_kb, tenant, use_scripted_model
 
@@ -319,3 +324,110 @@ def test_a_workflow_runs_a_retrieval_step_and_its_last_agent_answers_cited(
         if "You are the writer" in json.dumps(r.json)
     ]
     assert "27 days of paid annual leave" in json.dumps(writer[-1]["messages"])
+
+
+def handbook_desk(request: Recorded) -> Reply:
+    body = request.json
+    decision = openai_decision("E", body)  # kb_search
+    if decision is not None:
+        return decision
+    question = json.dumps(body["messages"][-1]["content"])
+    if "ten years" in question:
+        return openai_text_stream(["After ten years it stays", " at 27 days [[c1]]."])
+    if "Passages found in the knowledge bases" in json.dumps(body["messages"]):
+        return openai_text_stream(["Employees get 27 days", " of paid leave [[c1]]."])
+    return openai_text_stream(["The handbook does not say."])
+
+
+def test_an_application_answers_as_an_a2a_agent_citing_its_sources_and_continues_its_context(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    """The a2a-sdk's client against the gateway: the card with a bearer token, a streamed cited
+    answer, a follow-up in the same contextId that the model answers with the first turn in view;
+    another tenant (and, in the stack's local mode, no token) gets 404, an unknown token 401, a
+    switched-off application 404."""
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", handbook_desk)
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, document_id = ready_kb(http)
+        rag = http.post(
+            "/orchestrators",
+            json={
+                "name": "handbook",
+                "description": "Answers from the employee handbook.",
+                "mode": "knowledge_base",
+                "config": {"knowledge_base_ids": [kb_id]},
+            },
+        )
+        assert rag.status_code == 201, rag.text
+        made = {
+            name: http.post(
+                "/applications",
+                json={"name": name, "platform": "api_service", "orchestrator_id": rag.json()["id"], **extra},
+            )
+            for name, extra in (("handbook-agent", {}), ("retired-agent", {"active": False}))
+        }
+        assert all(a.status_code == 201 for a in made.values()), {n: a.text for n, a in made.items()}
+        agent_id, retired_id = (made[n].json()["id"] for n in ("handbook-agent", "retired-agent"))
+        member = http.post("/tokens", json={"name": "a2a caller", "role": "member"})
+        assert member.status_code == 201, member.text
+    with client(stack, tenant()) as stranger:
+        foreign = stranger.post("/tokens", json={"name": "stranger", "role": "member"}).json()["token"]
+    agent_url = f"{stack.gateway_url}/a2a/{agent_id}"
+
+    def question(text: str, context_id: str = "") -> SendMessageRequest:
+        parts = [Part(text=text)]
+        message = Message(
+            role=Role.ROLE_USER, message_id=uuid.uuid4().hex, context_id=context_id, parts=parts
+        )
+        return SendMessageRequest(message=message)
+
+    async def converse() -> tuple[AgentCard, list[StreamResponse], list[StreamResponse]]:
+        headers = {"authorization": f"Bearer {member.json()['token']}"}
+        async with httpx.AsyncClient(headers=headers, timeout=TIMEOUT) as h:
+            card = await A2ACardResolver(h, agent_url).get_agent_card()
+            agent = ClientFactory(ClientConfig(httpx_client=h, streaming=True)).create(card)
+            first = [e async for e in agent.send_message(question("How many days of annual leave?"))]
+            context_id = first[-1].status_update.context_id
+            again = question("And after ten years?", context_id)
+            return card, first, [e async for e in agent.send_message(again)]
+
+    card, first, second = asyncio.run(converse())
+
+    assert card.name == "handbook-agent" and card.description == "Answers from the employee handbook."
+    assert card.capabilities.streaming and card.supported_interfaces[0].url == agent_url
+    assert list(card.security_requirements[0].schemes) == ["bearer"]
+    streamed = [e.artifact_update for e in first if e.HasField("artifact_update")]
+    assert len(streamed) >= 2 and streamed[-1].last_chunk  # pieces, then the whole answer
+    done = first[-1].status_update
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert get_artifact_text(streamed[-1].artifact) == "Employees get 27 days of paid leave [[c1]]."
+    [sources] = get_data_parts(list(done.status.message.parts))
+    [cited] = sources["sources"]
+    assert (cited["handle"], cited["document_id"], cited["knowledge_base_id"]) == ("c1", document_id, kb_id)
+    assert cited["chunk_id"] and cited["title"]
+    # The follow-up continued the same session: the model saw the first question and answer.
+    again = second[-1].status_update
+    assert again.context_id == done.context_id and again.status.state == TaskState.TASK_STATE_COMPLETED
+    last = [
+        r.json
+        for r in model_server.requests_to("/v1/chat/completions")
+        if "Passages found in the knowledge bases" in json.dumps(r.json["messages"])
+    ][-1]
+    assert "ten years" in json.dumps(last["messages"][-1])
+    seen = json.dumps(last["messages"])
+    assert "How many days of annual leave?" in seen and "Employees get 27 days of paid leave" in seen
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": again.task_id}}
+    with httpx.Client(timeout=TIMEOUT) as plain:
+        for token, url, status in (
+            (foreign, agent_url, 404),
+            # The stack's gateway is in local mode: no token is its local tenant, not the owner.
+            (None, agent_url, 404),
+            (member.json()["token"], f"{stack.gateway_url}/a2a/{retired_id}", 404),
+            ("ks_not-a-token", agent_url, 401),
+        ):
+            headers = {"authorization": f"Bearer {token}"} if token else {}
+            card_answer = plain.get(f"{url}/.well-known/agent-card.json", headers=headers)
+            rpc_answer = plain.post(url, json=rpc, headers=headers)
+            assert (card_answer.status_code, rpc_answer.status_code) == (status, status), rpc_answer.text

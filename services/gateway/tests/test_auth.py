@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as pb
+from knowsphere_gateway.api.wecom import SIGNATURE_AUTHENTICATED_PATHS
 from knowsphere_gateway.domain.access import ROUTE_ROLES
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_gateway.settings import Settings
@@ -23,7 +24,8 @@ from knowsphere_runtime.identity import Identity, require_identity
 
 PROXY_SECRET = "proxy-secret-of-the-auth-tests-01234567"
 ACME_ADMIN = Identity("acme", "alice")
-PUBLIC_PATHS = {"/healthz"}
+# WeCom's callbacks take no token and no role: WeCom's signature authenticates them (test_wecom.py).
+PUBLIC_PATHS = {"/healthz", *SIGNATURE_AUTHENTICATED_PATHS}
 
 
 class FakeIngestion:

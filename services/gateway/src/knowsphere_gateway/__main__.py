@@ -14,12 +14,15 @@ from knowsphere_clients import (
     service_channel,
 )
 from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
+from knowsphere_egress import EgressClient
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.applications_sql import ApplicationStoreComponent, SqlApplicationStore
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore, TokenStoreComponent
+from knowsphere_gateway.adapters.wecom_api import WeComApi
 from knowsphere_gateway.api.bus import build_bus
 from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_gateway.domain.channel_config import ChannelSecrets
 from knowsphere_gateway.domain.tokens import LastUsedFlusher, TokenHasher, TokenService
 from knowsphere_gateway.settings import Settings
 from knowsphere_runtime.bus import Fanout, build_broker
@@ -56,6 +59,10 @@ def main() -> None:
         token_store = SqlTokenStore(settings.sqlalchemy_url())
         tokens = TokenService(token_store, TokenHasher(settings.hash_key()))
         application_store = SqlApplicationStore(settings.sqlalchemy_url())
+        # WeCom channels: their secrets under MASTER_KEY (checked at start-up), WeCom's API behind the
+        # egress guard.
+        channel_secrets = ChannelSecrets(settings.key_ring())
+        wecom_api = WeComApi(EgressClient(settings.egress), settings.wecom_api_base)
         proxy_secret = settings.proxy_secret.get_secret_value() if settings.proxy_secret else None
         app = create_app(
             GatewayContext(
@@ -77,6 +84,9 @@ def main() -> None:
                 token_default_ttl_days=settings.token_default_ttl_days,
                 token_max_ttl_days=settings.token_max_ttl_days,
                 limits=settings.limits(),
+                channel_secrets=channel_secrets,
+                wecom_api=wecom_api,
+                wecom=settings.wecom(),
                 modelhub=ModelHubClient(channels["modelhub"]),
                 retrieval=RetrievalClient(channels["retrieval"]),
                 ingestion=IngestionClient(channels["ingestion"]),
@@ -96,7 +106,7 @@ def main() -> None:
         )
         return [
             TokenStoreComponent(token_store),
-            ApplicationStoreComponent(application_store),
+            ApplicationStoreComponent(application_store, channel_secrets),
             LastUsedFlusher(tokens, settings.token_last_used_flush_seconds),
             ChannelsComponent([*channels.values(), own]),
             BrokerComponent(broker),

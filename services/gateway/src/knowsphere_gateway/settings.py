@@ -1,4 +1,10 @@
-"""Settings of the gateway (environment variables prefixed ``KS_GATEWAY_``)."""
+"""Settings of the gateway (environment variables prefixed ``KS_GATEWAY_``).
+
+``MASTER_KEY`` (no prefix; ``MASTER_KEY_PREVIOUS`` while rotating) encrypts the WeCom channels' secrets
+with the shared key ring (``knowsphere_runtime.secrets``); without it every other channel works and a
+WeCom application cannot be stored. The egress guard of the calls to WeCom's API is a nested group:
+``KS_GATEWAY_EGRESS__ALLOW_HOSTS='["wecom-proxy.internal"]'``, ``KS_GATEWAY_EGRESS__ALLOWED_PORTS`` …
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,18 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from knowsphere_egress import EgressPolicy
+from knowsphere_gateway.adapters.wecom_api import DEFAULT_API_BASE
 from knowsphere_gateway.domain.limits import DEFAULT_LIMITS, Limits
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
+from knowsphere_gateway.domain.wecom_options import DEFAULT_WECOM_OPTIONS, WeComOptions
+from knowsphere_runtime.secrets import KeyRing
 from knowsphere_runtime.settings import ServiceSettings
+
+_WECOM = DEFAULT_WECOM_OPTIONS
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """The Host names a local-mode gateway answers by default (DNS rebinding: any other name is refused)."""
@@ -94,7 +106,9 @@ class TokenStoreSettings(BaseSettings):
 
 
 class Settings(ServiceSettings, TokenStoreSettings):
-    model_config = SettingsConfigDict(env_prefix="KS_GATEWAY_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KS_GATEWAY_", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
 
     grpc_port: int = Field(default=7410, ge=1, le=65535)
     http_host: str = "127.0.0.1"
@@ -186,7 +200,84 @@ class Settings(ServiceSettings, TokenStoreSettings):
         description="requests of one caller in flight at once (an open event stream counts)",
     )
 
+    # --- tenants' secrets and the WeCom channels (api/wecom.py) ---
+    master_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MASTER_KEY", "KS_GATEWAY_MASTER_KEY"),
+        min_length=16,
+        description="encrypts the WeCom channels' secrets: 32 random bytes in base64 (HKDF-SHA256) or a "
+        "passphrase (scrypt with the installation's salt); unset: WeCom applications cannot be stored",
+    )
+    master_key_previous: str = Field(
+        default="",
+        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_GATEWAY_MASTER_KEY_PREVIOUS"),
+        description="comma-separated earlier master keys, for rotation",
+    )
+    egress: EgressPolicy = Field(
+        default=EgressPolicy(),
+        description="the egress guard of the calls to WeCom's API (allowed ports, allow-listed networks "
+        "and hosts, time and size budgets)",
+    )
+    wecom_api_base: str = Field(
+        default=DEFAULT_API_BASE, description="WeCom's server API (gettoken, message/send)"
+    )
+    wecom_timestamp_tolerance_seconds: float = Field(
+        default=_WECOM.timestamp_tolerance_seconds,
+        gt=0,
+        description="how far a WeCom callback's timestamp may be from the gateway's clock (stale: refused)",
+    )
+    wecom_max_callback_bytes: int = Field(
+        default=_WECOM.max_callback_bytes, ge=1024, description="largest WeCom callback body"
+    )
+    wecom_message_max_bytes: int = Field(
+        default=_WECOM.message_max_bytes, ge=64, description="WeCom's limit on an application's message"
+    )
+    wecom_max_message_parts: int = Field(
+        default=_WECOM.max_message_parts, ge=1, description="most messages one answer is sent in"
+    )
+    wecom_stream_max_bytes: int = Field(
+        default=_WECOM.stream_max_bytes, ge=64, description="WeCom's limit on an AI bot's streamed message"
+    )
+    wecom_stream_ttl_seconds: float = Field(
+        default=_WECOM.stream_ttl_seconds, gt=0, description="how long an AI bot's stream is kept"
+    )
+    wecom_max_streams: int = Field(
+        default=_WECOM.max_streams, ge=1, description="most AI bot streams kept at once per process"
+    )
+    wecom_message_claim_seconds: float = Field(
+        default=_WECOM.message_claim_seconds,
+        gt=0,
+        description="how long a WeCom message id is remembered (a message sent again makes no second turn)",
+    )
+    wecom_max_pending_turns: int = Field(
+        default=_WECOM.max_pending_turns, ge=1, description="most WeCom turns running at once per process"
+    )
+    wecom_sources_heading: str = Field(
+        default=_WECOM.sources_heading, max_length=40, description="heading over an answer's footnotes"
+    )
+
     _split_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_separated)
+
+    def key_ring(self) -> KeyRing | None:
+        """The key ring of the channels' secrets (a passphrase one still needs its salt), or None."""
+        if self.master_key is None:
+            return None
+        return KeyRing.from_strings(self.master_key.get_secret_value(), self.master_key_previous)
+
+    def wecom(self) -> WeComOptions:
+        """The numbers of the WeCom channels."""
+        return WeComOptions(
+            timestamp_tolerance_seconds=self.wecom_timestamp_tolerance_seconds,
+            max_callback_bytes=self.wecom_max_callback_bytes,
+            message_max_bytes=self.wecom_message_max_bytes,
+            max_message_parts=self.wecom_max_message_parts,
+            stream_max_bytes=self.wecom_stream_max_bytes,
+            stream_ttl_seconds=self.wecom_stream_ttl_seconds,
+            max_streams=self.wecom_max_streams,
+            message_claim_seconds=self.wecom_message_claim_seconds,
+            max_pending_turns=self.wecom_max_pending_turns,
+            sources_heading=self.wecom_sources_heading,
+        )
 
     def limits(self) -> Limits:
         """The body and per-caller limits of the HTTP API."""

@@ -3,8 +3,15 @@ its own rate limit. Create, list, read, change and delete; another tenant's appl
 one that never was.
 
 The orchestrator must be one of the tenant's: it is looked up in the conversation service as the
-caller, and one it does not find is a 400 naming ``orchestrator_id``. A platform whose channel is not
-built yet (``wework_*``) is a 501 naming ``platform``. Deleting an application revokes its tokens.
+caller, and one it does not find is a 400 naming ``orchestrator_id``. Deleting an application revokes
+its tokens.
+
+A WeCom application (``wework_traditional``, ``wework_aibot``) carries its channel settings in
+``platform_config`` (``domain.channel_config``): a field that does not fit is a 400 naming
+``platform_config.<field>``. Its token, EncodingAESKey and secret are write-only: kept encrypted with
+MASTER_KEY (without one, a 503 saying so), answered only as masked hints in ``platform_secrets``; a
+change names only the settings that change. ``callback_path`` is the URL path to give WeCom's console
+(``api/wecom.py``).
 
 The bodies are hand-written: applications are the gateway's own records.
 """
@@ -31,7 +38,15 @@ from knowsphere_gateway.domain.applications import (
     ApplicationRecord,
     ApplicationStore,
     Platform,
+    SealedSecret,
     new_application_id,
+)
+from knowsphere_gateway.domain.channel_config import (
+    ChannelConfigError,
+    ChannelSecrets,
+    ChannelSettings,
+    MasterKeyMissing,
+    check_config,
 )
 from knowsphere_gateway.domain.limits import Limits
 from knowsphere_gateway.domain.tokens import TokenService
@@ -59,17 +74,58 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: error_response("no such application of the caller's tenant")
 }
 REFUSED: dict[int | str, dict[str, Any]] = {
-    400: error_response("orchestrator_id names no orchestrator of the tenant's"),
+    400: error_response(
+        "orchestrator_id names no orchestrator of the tenant's, or platform_config does not fit the "
+        "platform (error.field names the setting)"
+    ),
     409: error_response("name: the tenant has an application of that name"),
-    501: error_response("platform: its channel is not built yet"),
+    503: error_response("a WeCom application's secrets need MASTER_KEY, which this gateway lacks"),
 }
+MAX_SETTING_CHARS = 256
+"""A bound on every channel setting's length; the settings' own forms are checked per platform (400)."""
+Setting = Annotated[str, Field(max_length=MAX_SETTING_CHARS)]
+PLATFORMS = (
+    "the channel: webclient (the web client), api_service (the HTTP and OpenAI-compatible API with the "
+    "application's tokens), wework_traditional (a WeCom self-built application: callbacks, answers sent "
+    "through WeCom's API), wework_aibot (a WeCom AI bot: callbacks answered with a streamed message); the "
+    "wework ones need platform_config"
+)
+
+
+class PlatformConfig(RequestBody):
+    """A WeCom application's channel settings, from WeCom's console. ``token``, ``encoding_aes_key`` and
+    ``secret`` are write-only: stored encrypted, read back as masked hints. In a change, only the keys
+    given change."""
+
+    corp_id: Setting | None = Field(default=None, description="wework_traditional (required): the CorpID")
+    agent_id: Annotated[int, JSON_INTEGER] | None = Field(
+        default=None, description="wework_traditional (required): the application's AgentId"
+    )
+    secret: Setting | None = Field(
+        default=None, description="wework_traditional (required, write-only): the application's Secret"
+    )
+    message_format: Setting | None = Field(
+        default=None, description="wework_traditional: text (default) or markdown, how answers are sent"
+    )
+    token: Setting | None = Field(
+        default=None, description="both (required, write-only): the callback Token, 3-32 letters and digits"
+    )
+    encoding_aes_key: Setting | None = Field(
+        default=None,
+        description="both (required, write-only): the callback EncodingAESKey, 43 characters of base64",
+    )
+    bot_id: Setting | None = Field(
+        default=None,
+        description="wework_aibot: the bot's id; when set, callbacks for another bot are ignored",
+    )
 
 
 class ApplicationCreate(RequestBody):
     name: Name
     display_name: DisplayName = ""
-    platform: Platform = Field(
-        description="the channel; wework_aibot and wework_traditional are not built yet"
+    platform: Platform = Field(description=PLATFORMS)
+    platform_config: PlatformConfig | None = Field(
+        default=None, description="the channel's settings (wework platforms only)"
     )
     orchestrator_id: OrchestratorId
     active: JsonBool = Field(default=True, description="false: kept, but its tokens are refused")
@@ -87,6 +143,10 @@ class ApplicationUpdate(RequestBody):
     name: Name | None = None
     display_name: DisplayName | None = None
     platform: Platform | None = None
+    platform_config: PlatformConfig | None = Field(
+        default=None,
+        description="changes only the settings given; a new platform takes a whole new platform_config",
+    )
     orchestrator_id: OrchestratorId | None = None
     active: JsonBool | None = None
     rate_limit_per_second: RatePerSecond | None = None
@@ -106,10 +166,37 @@ class Application(BaseModel):
     created_by: str
     create_time: datetime
     update_time: datetime
+    platform_config: dict[str, str | int] = Field(
+        description="the channel's plain settings (WeCom: corp_id, agent_id, message_format, bot_id); "
+        "{} for the other platforms"
+    )
+    platform_secrets: dict[str, str] = Field(
+        description="the channel's write-only settings by name, each as a masked hint (…ab12), never "
+        "the value"
+    )
+    callback_path: str | None = Field(
+        description="WeCom platforms: the path of the callback URL to give WeCom's console (behind the "
+        "gateway's public address); null for the other platforms"
+    )
 
     @classmethod
     def of(cls, record: ApplicationRecord) -> "Application":
-        return cls.model_validate(record, from_attributes=True)
+        plain = {
+            name: getattr(record, name)
+            for name in cls.model_fields
+            if name not in ("platform_config", "platform_secrets", "callback_path")
+        }
+        return cls(
+            **plain,
+            platform_config=dict(record.platform_config),
+            platform_secrets={name: sealed.hint for name, sealed in record.platform_secrets.items()},
+            callback_path=callback_path(record) if record.platform.is_wecom else None,
+        )
+
+
+def callback_path(record: ApplicationRecord) -> str:
+    """Where WeCom calls a WeCom application (``api/wecom.py``)."""
+    return f"/api/v1/wecom/{record.tenant_id}/{record.id}/callback"
 
 
 class ApplicationList(BaseModel):
@@ -126,19 +213,37 @@ def build_applications_router(
     conversation: ConversationClient,
     caller: Callable[..., Awaitable[Caller]],
     limits: Limits,
+    secrets: ChannelSecrets | None = None,
 ) -> APIRouter:
-    """``limits`` gives an application's rate limit when its creator sets none."""
+    """``limits`` gives an application's rate limit when its creator sets none; ``secrets`` seals the
+    WeCom channels' secrets (None, or one without a key ring: WeCom applications are refused)."""
     router = APIRouter(prefix="/api/v1", tags=["applications"], responses=SERVICE_RESPONSES)
     Who = Annotated[Caller, Depends(caller)]
+    channel_secrets = secrets or ChannelSecrets(None)
 
-    def implemented(platform: Platform) -> None:
-        if not platform.implemented:
+    def channel_settings(
+        platform: Platform, given: dict[str, Any] | None, current: ApplicationRecord | None = None
+    ) -> ChannelSettings:
+        """The checked settings; with ``current`` (same platform), what is not given is kept."""
+        if platform.is_wecom and not channel_secrets.available:
             raise HttpError(
-                501,
-                "not_implemented",
-                f"platform: {platform} is not implemented yet (its callback endpoint is not built)",
-                field="platform",
+                503, "master_key_not_configured", str(MasterKeyMissing()), field="platform_config"
             )
+        try:
+            return check_config(
+                platform,
+                given or {},
+                current.platform_config if current else None,
+                frozenset(current.platform_secrets) if current else frozenset(),
+            )
+        except ChannelConfigError as error:
+            raise HttpError(400, "invalid_argument", str(error), field=error.field) from None
+
+    def sealed(tenant_id: str, application_id: str, settings: ChannelSettings) -> dict[str, SealedSecret]:
+        try:
+            return channel_secrets.seal(tenant_id, application_id, settings.secrets)
+        except MasterKeyMissing as error:
+            raise HttpError(503, "master_key_not_configured", str(error), field="platform_config") from None
 
     async def existing_orchestrator(who: Caller, orchestrator_id: str) -> None:
         try:
@@ -160,11 +265,13 @@ def build_applications_router(
     @router.post("/applications", status_code=201, response_model=Application, responses=REFUSED)
     async def create_application(body: ApplicationCreate, who: Who) -> Application:
         """A new application: the tenant's orchestrator on a channel."""
-        implemented(body.platform)
+        given = body.platform_config.model_dump(exclude_unset=True) if body.platform_config else None
+        settings = channel_settings(body.platform, given)
         await existing_orchestrator(who, body.orchestrator_id)
         now = datetime.now(UTC)
+        application_id = new_application_id()
         record = ApplicationRecord(
-            id=new_application_id(),
+            id=application_id,
             tenant_id=who.identity.tenant_id,
             name=body.name,
             display_name=body.display_name or body.name,
@@ -176,6 +283,8 @@ def build_applications_router(
             created_by=who.identity.user_id,
             create_time=now,
             update_time=now,
+            platform_config=settings.public,
+            platform_secrets=sealed(who.identity.tenant_id, application_id, settings),
         )
         try:
             await applications.add(record)
@@ -209,8 +318,14 @@ def build_applications_router(
         }
         if changes.get("display_name") == "":
             changes["display_name"] = changes.get("name", current.name)
-        if "platform" in changes:
-            implemented(changes["platform"])
+        given = changes.pop("platform_config", None)
+        platform = changes.get("platform", current.platform)
+        if given is not None or platform != current.platform:
+            same = platform == current.platform
+            settings = channel_settings(platform, given, current if same else None)
+            kept = dict(current.platform_secrets) if same else {}
+            changes["platform_config"] = settings.public
+            changes["platform_secrets"] = {**kept, **sealed(tenant_id, application_id, settings)}
         if "orchestrator_id" in changes:
             await existing_orchestrator(who, changes["orchestrator_id"])
         changes["update_time"] = datetime.now(UTC)

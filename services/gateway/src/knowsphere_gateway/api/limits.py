@@ -17,6 +17,8 @@ caller may make, per second and at once.
 - **Per application**: a request with an application's token also takes one from the application's
   own bucket (its ``rate_limit_per_second`` and ``rate_limit_burst``), shared by all its tokens and
   keyed by tenant and application id; an empty one → 429 with ``Retry-After`` naming the application.
+  A route that serves an application whatever the token (its A2A agent, ``api/a2a.py``) takes from the
+  same bucket (:class:`ApplicationLimits`, one per app).
 
 The per-caller counts live in this process: with several gateway replicas each applies the limits on
 its own, so a caller spread over N replicas gets up to N times the rate. A shared count (NATS KV)
@@ -219,25 +221,38 @@ def _application_over(refusal: Refusal, application: ApplicationRecord) -> HttpE
     )
 
 
+class ApplicationLimits:
+    """The applications' own buckets, one per application, shared by every route that counts a request
+    against an application."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = KeyedRateLimiter(clock)
+
+    def take(self, application: ApplicationRecord) -> None:
+        """Takes one request from ``application``'s bucket; 429 naming the application when it is empty."""
+        over = self._rate.take(
+            application_key(application), application.rate_limit_per_second, application.rate_limit_burst
+        )
+        if over is not None:
+            raise _application_over(over, application)
+
+
 def caller_limits_dependency(
     caller: Callable[..., Awaitable[Caller]],
     limits: Limits,
     clock: Callable[[], float] = time.monotonic,
+    applications: ApplicationLimits | None = None,
 ) -> Callable[..., AsyncIterator[None]]:
     """A router-level dependency: 429 when the caller is over the rate or concurrency limit; holds the
-    caller's slot until the response (an event stream included) is over."""
+    caller's slot until the response (an event stream included) is over. ``applications``: the
+    applications' buckets, when other routes share them."""
     rate = RateLimiter(limits.caller_rate_limit_per_second, limits.caller_rate_limit_burst, clock)
     in_flight = ConcurrencyLimiter(limits.caller_max_concurrent_requests)
-    application_rate = KeyedRateLimiter(clock)
+    application_rate = applications or ApplicationLimits(clock)
 
     async def limited(who: Annotated[Caller, Depends(caller)]) -> AsyncIterator[None]:
-        app = who.application
-        if app is not None:
-            over = application_rate.take(
-                application_key(app), app.rate_limit_per_second, app.rate_limit_burst
-            )
-            if over is not None:
-                raise _application_over(over, app)
+        if who.application is not None:
+            application_rate.take(who.application)
         key = caller_key(who)
         refusal = rate.take(key) or in_flight.acquire(key)
         if refusal is not None:
@@ -252,6 +267,7 @@ def caller_limits_dependency(
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "ApplicationLimits",
     "BodyLimits",
     "BodyRefused",
     "Limits",

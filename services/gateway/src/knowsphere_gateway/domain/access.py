@@ -72,6 +72,9 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("PATCH", "/api/v1/memory/items/{item_id}"): MEMBER,
     ("DELETE", "/api/v1/memory/items/{item_id}"): MEMBER,
     ("GET", "/api/v1/memory/frequent-documents"): READ_ONLY,
+    # every application as an A2A agent: its card, and its JSON-RPC endpoint (a call asks its orchestrator)
+    ("GET", "/a2a/{application_id}/.well-known/agent-card.json"): READ_ONLY,
+    ("POST", "/a2a/{application_id}"): MEMBER,
     # the OpenAI-compatible API
     ("POST", "/v1/chat/completions"): MEMBER,
     ("GET", "/v1/models"): READ_ONLY,

@@ -5,14 +5,19 @@ its own rate limit, which its API tokens count against on top of their caller's.
 The gateway keeps applications itself (the conversation only carries a session's ``application_id`` as
 data). Every read and change is scoped to a tenant; a name is unique in its tenant, and the name is what
 the OpenAI-compatible API accepts as ``model``.
+
+An application on a WeCom platform also carries its channel settings (``domain.channel_config``):
+``platform_config`` the plain ones (CorpID, AgentId …), ``platform_secrets`` the write-only ones (token,
+EncodingAESKey, app secret), each encrypted with the gateway's key ring and kept with a masked hint.
 """
 
 from __future__ import annotations
 
+import builtins
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
@@ -31,15 +36,25 @@ class Platform(StrEnum):
 
     WEBCLIENT = "webclient"  # the web client
     API_SERVICE = "api_service"  # the HTTP API with the application's tokens
-    WEWORK_AIBOT = "wework_aibot"  # a WeCom AI bot (its callback endpoint is not built yet)
-    WEWORK_TRADITIONAL = "wework_traditional"  # a WeCom self-built app (not built yet)
+    WEWORK_AIBOT = "wework_aibot"  # a WeCom AI bot: callbacks answered with a streamed message
+    WEWORK_TRADITIONAL = "wework_traditional"  # a WeCom self-built app: callbacks, answers sent by API
 
     @property
-    def implemented(self) -> bool:
-        return self in IMPLEMENTED_PLATFORMS
+    def is_wecom(self) -> bool:
+        """Reached through WeCom's callbacks: the application carries channel settings."""
+        return self in WECOM_PLATFORMS
 
 
-IMPLEMENTED_PLATFORMS: Final = frozenset({Platform.WEBCLIENT, Platform.API_SERVICE})
+WECOM_PLATFORMS: Final = frozenset({Platform.WEWORK_AIBOT, Platform.WEWORK_TRADITIONAL})
+
+
+@dataclass(frozen=True)
+class SealedSecret:
+    """A write-only channel secret as stored: its ciphertext (``knowsphere_runtime.secrets``, bound to
+    the tenant and to ``application/<id>/<field>``) and a masked hint to recognise it by."""
+
+    ciphertext: str = field(repr=False)
+    hint: str
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,10 @@ class ApplicationRecord:
     created_by: str
     create_time: datetime
     update_time: datetime
+    # The channel's plain settings (WeCom: corp_id, agent_id, bot_id, message_format); empty elsewhere.
+    platform_config: Mapping[str, str | int] = field(default_factory=dict)
+    # The channel's write-only secrets by field (WeCom: token, encoding_aes_key, secret).
+    platform_secrets: Mapping[str, SealedSecret] = field(default_factory=dict)
 
 
 class ApplicationNameTaken(Exception):
@@ -94,6 +113,40 @@ class ApplicationStore(Protocol):
         """False when the tenant has no such application."""
         ...
 
+    async def claim_message(
+        self, tenant_id: str, application_id: str, message_id: str, now: datetime, keep: timedelta
+    ) -> bool:
+        """True the first time a channel's message id is claimed, False for every later claim (WeCom
+        sends a message again when the answer to its callback is late): one message, one turn, across
+        replicas. Claims older than ``keep`` are forgotten."""
+        ...
+
+    # The gateway's own settings (the key ring's installation salt and check value).
+
+    async def get_setting(self, key: str) -> str | None: ...
+
+    async def put_setting(self, key: str, value: str) -> None: ...
+
+    async def add_setting(self, key: str, value: str) -> str:
+        """Stores ``value`` unless the key has one; returns the stored value either way."""
+        ...
+
+    # Key rotation only: the one read across tenants.
+
+    async def list_sealed(self) -> builtins.list[ApplicationRecord]:
+        """Every application, of every tenant, that has channel secrets."""
+        ...
+
+    async def replace_secrets(
+        self,
+        tenant_id: str,
+        application_id: str,
+        old: Mapping[str, SealedSecret],
+        new: Mapping[str, SealedSecret],
+    ) -> bool:
+        """Sets ``new`` only while the stored secrets are still ``old`` (a change meanwhile wins)."""
+        ...
+
 
 def new_application_id() -> str:
     return APPLICATION_ID_PREFIX + secrets.token_hex(8)
@@ -101,13 +154,14 @@ def new_application_id() -> str:
 
 __all__ = [
     "APPLICATION_ID_PREFIX",
-    "IMPLEMENTED_PLATFORMS",
     "MAX_APPLICATION_BURST",
     "MAX_APPLICATION_RATE_PER_SECOND",
     "MIN_APPLICATION_RATE_PER_SECOND",
+    "WECOM_PLATFORMS",
     "ApplicationNameTaken",
     "ApplicationRecord",
     "ApplicationStore",
     "Platform",
+    "SealedSecret",
     "new_application_id",
 ]
