@@ -6,6 +6,7 @@ spans over OTLP/HTTP to an in-test receiver.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,10 @@ def stack(
             # Tenants' models point at the scripted provider (or a local model) on loopback, which
             # the operator allows.
             **model_server.modelhub_egress_env(local_llm_port),
+            # External orchestrators of the tests call an application the scripted server plays (an
+            # n8n webhook) on loopback, which the operator allows for the conversation too.
+            "KS_CONVERSATION_EGRESS__ALLOW_NETWORKS": '["127.0.0.1/32"]',
+            "KS_CONVERSATION_EGRESS__ALLOWED_PORTS": json.dumps([80, 443, model_server.port]),
         },
     )
     with Stack(config) as running:

@@ -431,3 +431,118 @@ def test_an_application_answers_as_an_a2a_agent_citing_its_sources_and_continues
             card_answer = plain.get(f"{url}/.well-known/agent-card.json", headers=headers)
             rpc_answer = plain.post(url, json=rpc, headers=headers)
             assert (card_answer.status_code, rpc_answer.status_code) == (status, status), rpc_answer.text
+
+
+COUNTER_SKILL = {
+    "SKILL.md": "---\ndescription: Counts the lines of the notes.\n---\nWrite notes.md, then run count.py.",
+    "count.py": (
+        "import os\n"
+        "lines = open('/workspace/input/notes.md').read().splitlines()\n"
+        "os.makedirs('/workspace/output', exist_ok=True)\n"
+        "open('/workspace/output/count.txt', 'w').write(str(len(lines)))\n"
+        "print(len(lines))\n"
+    ),
+}
+
+
+def deep_scribe(request: Recorded) -> Reply:
+    """A deep agent's steps: write notes, run the skill on them, answer; next turn, read the result."""
+    body = request.json
+    decision = openai_decision("E", body)
+    if decision is not None:
+        return decision
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    done = [m for m in messages[last_user:] if m["role"] == "tool"]
+    if "count file" in json.dumps(messages[last_user]["content"]):
+        if not done:
+            return openai_tool_call_stream("workspace_read", {"path": "output/count.txt"}, call_id="call_r")
+        return openai_text_stream(["The count file says ", done[-1]["content"].split("\t")[-1].strip()])
+    if not done:
+        notes = {"path": "notes.md", "content": "revenue up\ncosts flat\nhiring paused\n"}
+        return openai_tool_call_stream("workspace_write", notes, call_id="call_w")
+    if len(done) == 1:
+        run = {"skill": "counter", "script": "count.py"}
+        return openai_tool_call_stream("execute_skill_script", run, call_id="call_x")
+    return openai_text_stream(
+        ["Your notes have ", json.loads(done[-1]["content"])["stdout"].strip(), " lines."]
+    )
+
+
+def test_a_deep_agent_keeps_notes_in_its_workspace_and_its_skill_script_reads_them(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    from knowsphere_toolrunner.skills.store import SkillStore
+
+    model_server.reset()
+    model_server.respond("/v1/chat/completions", deep_scribe)
+    owner = tenant()
+    skills = SkillStore(stack.config.service_data_dir("toolrunner")).tenant_dir(owner["x-ks-tenant-id"])
+    for relative, content in COUNTER_SKILL.items():
+        (skills / "counter" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (skills / "counter" / relative).write_text(content)
+    with client(stack, owner) as http:
+        use_scripted_model(http, model_server)
+        scribe = http.post(
+            "/agents",
+            json={"name": "scribe", "system_prompt": "You are the scribe.", "skill_names": ["counter"]},
+        )
+        assert scribe.status_code == 201, scribe.text
+        made = http.post(
+            "/orchestrators",
+            json={"name": "deep", "mode": "deep_agent", "config": {"agent_id": scribe.json()["id"]}},
+        )
+        assert made.status_code == 201, made.text
+        session = http.post("/sessions", json={"orchestrator_id": made.json()["id"]}).json()["id"]
+        first = ask(http, "Note this week's points and count them", session_id=session)
+        second = ask(http, "What does the count file say?", session_id=session)
+    tools = [(d["tool_name"], d.get("tool_ok")) for name, d in first if name == "tool_finished"]
+    assert tools == [("workspace_write", True), ("execute_skill_script", True)], first
+    assert first[-1][0] == "completed" and first[-1][1]["text"] == "Your notes have 3 lines.", first
+    # The next turn finds the script's output in the same session's workspace.
+    assert [d["tool_name"] for name, d in second if name == "tool_finished"] == ["workspace_read"]
+    assert second[-1][1]["text"] == "The count file says 3", second
+    offered = {
+        t["function"]["name"] for t in model_server.requests_to("/v1/chat/completions")[-1].json["tools"]
+    }
+    assert {"workspace_write", "workspace_read", "execute_skill_script", "write_plan"} <= offered
+
+
+def test_an_external_orchestrator_relays_an_n8n_workflows_answer_through_the_gateway(
+    stack: Any, model_server: ScriptedProvider
+) -> None:
+    model_server.reset()
+    model_server.respond(
+        "/webhook/desk", lambda request: Reply(json={"output": "n8n says: 27 days of leave."})
+    )
+    owner = tenant()
+    with client(stack, owner) as http:
+        base_url = f"http://127.0.0.1:{model_server.port}/webhook/desk"
+        made = http.post(
+            "/orchestrators",
+            json={
+                "name": "n8n-desk",
+                "mode": "external",
+                "config": {"provider": "n8n", "base_url": base_url, "api_key": "Bearer n8n-secret-123456"},
+            },
+        )
+        assert made.status_code == 201, made.text
+        assert "n8n-secret" not in made.text  # the key is write-only
+        metadata = http.post(
+            "/orchestrators",
+            json={
+                "name": "meta",
+                "mode": "external",
+                "config": {"provider": "n8n", "base_url": "http://169.254.169.254/x"},
+            },
+        )
+        session = http.post("/sessions", json={"orchestrator_id": made.json()["id"]}).json()["id"]
+        turn = ask(http, "How many days of leave?", session_id=session)
+        with client(stack, tenant()) as stranger:
+            foreign = stranger.get(f"/orchestrators/{made.json()['id']}")
+    assert metadata.status_code == 400 and metadata.json()["error"]["field"] == "config.base_url"
+    assert turn[-1][0] == "completed" and turn[-1][1]["text"] == "n8n says: 27 days of leave.", turn
+    [call] = model_server.requests_to("/webhook/desk")
+    assert call.json["chatInput"] == "How many days of leave?" and call.json["sessionId"] == session
+    assert call.headers.get("authorization") == "Bearer n8n-secret-123456"
+    assert foreign.status_code == 404
