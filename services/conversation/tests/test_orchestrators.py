@@ -840,3 +840,107 @@ async def test_a_turn_without_a_session_runs_the_orchestrator_it_names_and_only_
     assert router.id in (result.final.error_message or "")
     with pytest.raises(ValueError, match="orchestrator_id"):
         ChatRequested(turn_id="t-api-3", message="hi", orchestrator_id=router.id, agent_id=billing.id)
+
+
+class ModelCatalogue:
+    """modelhub's models of the caller's tenant, as the agent checks look them up."""
+
+    def __init__(self, **models: mpb.Model) -> None:
+        self.models = models
+
+    async def get_model(self, model_id: str) -> mpb.Model:
+        if model_id not in self.models:
+            from knowsphere_clients.errors import NotFound
+
+            raise NotFound(f"model {model_id} not found")
+        return self.models[model_id]
+
+
+PIXEL = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9"
+    "awAAAABJRU5ErkJggg=="
+)
+
+
+async def test_vision_needs_a_model_that_reads_images_and_such_an_agent_gets_the_images_as_parts(
+    store: SqlSessionStore,
+) -> None:
+    catalogue = ModelCatalogue(
+        qa=mpb.Model(id="qa", display_name="Text only", types=[mpb.MODEL_TYPE_KNOWLEDGE_QA]),
+        vlm=mpb.Model(id="vlm", display_name="Sees", types=[mpb.MODEL_TYPE_KNOWLEDGE_QA, mpb.MODEL_TYPE_VLM]),
+    )
+    world = World(store, Models(lambda r: text("A chart of sales."), intent="C"))
+    world.runner._agents = store  # type: ignore[attr-defined]
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget, bindings=store)
+    agents = AgentServicer(store, models=catalogue)
+    binding = build_binding(servicer, agents, OrchestratorServicer(store, models=catalogue))
+    async with serving("conversation", binding=binding) as channel:
+        stub = CONTRACTS["conversation"].stub(channel)
+        with bound_identity(CALLER):
+
+            def agent(name: str, model: str, types: list[str]) -> pb.CreateAgentRequest:
+                return pb.CreateAgentRequest(
+                    name=name,
+                    system_prompt=f"You are {name}.",
+                    model_id=model,
+                    model_types=types,
+                    active=True,
+                )
+
+            blind = await refused(
+                stub.CreateAgent(agent("blind", "qa", ["LLM", "VISION"])), grpc.StatusCode.INVALID_ARGUMENT
+            )
+            assert "model_types" in blind and "does not read images" in blind and "Text only" in blind
+            unknown = await refused(
+                stub.CreateAgent(agent("odd", "qa", ["LLM", "SMELL"])), grpc.StatusCode.INVALID_ARGUMENT
+            )
+            assert "model_types" in unknown and "SMELL" in unknown
+            missing = await refused(
+                stub.CreateAgent(agent("lost", "gone", ["LLM", "VISION"])), grpc.StatusCode.INVALID_ARGUMENT
+            )
+            assert "model_id" in missing
+            plain = (await stub.CreateAgent(agent("plain", "qa", []))).agent
+            assert list(plain.model_types) == ["LLM"]
+            seer = (await stub.CreateAgent(agent("seer", "vlm", ["LLM", "VISION"]))).agent
+            # Moving a VISION agent to a text-only model is refused the same way.
+            moved = pb.UpdateAgentRequest(agent_id=seer.id, model_id="qa")
+            assert "model_types" in await refused(stub.UpdateAgent(moved), grpc.StatusCode.INVALID_ARGUMENT)
+
+            _, session = await session_on(
+                stub,
+                "desk",
+                pb.ORCHESTRATION_MODE_CONDITIONAL,
+                {
+                    "routes": [{"condition": {"keywords": ["chart"]}, "agent_id": seer.id}],
+                    "default_agent_id": plain.id,
+                },
+            )
+            await world.runner.run(
+                ChatRequested(
+                    turn_id="t-seen", session_id=session, message="what is in this chart?", images=[PIXEL]
+                )
+            )
+            question = world.models.requests[-1].messages[-1]
+            assert [p.WhichOneof("part") for p in question.content] == ["text", "image"]
+            assert world.models.requests[-1].model_id == "vlm"
+            await world.runner.run(
+                ChatRequested(turn_id="t-told", session_id=session, message="and this one?", images=[PIXEL])
+            )
+            # The text-only agent gets what the vision model saw, never the image itself.
+            question = world.models.requests[-1].messages[-1]
+            assert [p.WhichOneof("part") for p in question.content] == ["text"]
+            assert world.models.described and world.models.requests[-1].model_id == "qa"
+
+            # The model of a VISION agent loses VISION: an orchestrator naming it is refused when saved.
+            catalogue.models["vlm"] = mpb.Model(
+                id="vlm", display_name="Sees", types=[mpb.MODEL_TYPE_KNOWLEDGE_QA]
+            )
+            again = pb.CreateOrchestratorRequest(
+                name="again",
+                mode=pb.ORCHESTRATION_MODE_SINGLE,
+                config=config({"agent_id": seer.id}),
+                active=True,
+            )
+            assert "config.agent_id" in await refused(
+                stub.CreateOrchestrator(again), grpc.StatusCode.INVALID_ARGUMENT
+            )

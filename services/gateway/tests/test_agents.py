@@ -112,6 +112,14 @@ async def test_an_agent_is_created_read_listed_changed_field_by_field_and_delete
     assert after["system_prompt"] == "You are the HR desk of ACME."
     assert after["model_parameters"] == agent["model_parameters"] and after["active"] is True
     assert (await http.get(f"/api/v1/agents/{agent['id']}", headers=admin)).json() == after
+    # Model types: LLM unless said; VISION on top (its model is checked by the conversation service).
+    assert agent["model_types"] == ["LLM"]
+    seeing = await http.patch(
+        f"/api/v1/agents/{agent['id']}", headers=admin, json={"model_types": ["LLM", "VISION"]}
+    )
+    assert seeing.status_code == 200 and seeing.json()["model_types"] == ["LLM", "VISION"], seeing.text
+    odd = await http.patch(f"/api/v1/agents/{agent['id']}", headers=admin, json={"model_types": ["SMELL"]})
+    assert odd.status_code == 422 and odd.json()["error"]["field"].startswith("model_types"), odd.text
     switched_off = await http.patch(f"/api/v1/agents/{agent['id']}", headers=admin, json={"active": False})
     assert switched_off.json()["active"] is False
     assert switched_off.json()["knowledge_base_ids"] == ["kb-benefits"]

@@ -18,8 +18,15 @@ MAX_SKILLS: Final = 32
 MAX_MEMBER_AGENTS: Final = 32
 MAX_CONFIG_BYTES: Final = 64 * 1024
 """An orchestrator's ``config``, encoded as stored (a ``google.protobuf.Struct``)."""
+LLM: Final = "LLM"
+VISION: Final = "VISION"
+AGENT_MODEL_TYPES: Final = (LLM, VISION)
+"""What an agent's model is used for (the orchestration spec's names): LLM always; VISION when the agent
+reads a message's images itself (its model must be a VLM model)."""
 
 __all__ = [
+    "AGENT_MODEL_TYPES",
+    "LLM",
     "MAX_CONFIG_BYTES",
     "MAX_DESCRIPTION_CHARS",
     "MAX_DISPLAY_NAME_CHARS",
@@ -30,4 +37,5 @@ __all__ = [
     "MAX_TOOLS",
     "NAME_PATTERN",
     "NAME_RULE",
+    "VISION",
 ]

@@ -109,9 +109,10 @@ def main() -> None:
         keys = OrchestratorKeys(ring)
         peers = HttpPeers(settings.egress, answer_seconds=settings.external_answer_seconds)
         memory = MemoryClient(channels["memory"])
+        models = ModelHubClient(channels["modelhub"])
         runner = TurnRunner(
             lambda: checkpoints.graph,
-            models=ModelHubClient(channels["modelhub"]),
+            models=models,
             tools=ToolRunnerClient(channels["toolrunner"]),
             memory=MemoryContext(memory),
             search=RetrievalSearch(RetrievalClient(channels["retrieval"]), settings.retrieval_top_k),
@@ -157,8 +158,8 @@ def main() -> None:
             bindings=[
                 build_binding(
                     servicer,
-                    AgentServicer(sessions),
-                    OrchestratorServicer(sessions, keys=keys, egress=settings.egress),
+                    AgentServicer(sessions, models=models),
+                    OrchestratorServicer(sessions, keys=keys, egress=settings.egress, models=models),
                 )
             ],
             grace=settings.shutdown_grace_seconds,

@@ -27,7 +27,12 @@ from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from knowsphere.conversation.v1 import conversation_pb2 as pb
+from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
+from knowsphere.modelhub.v1.modelhub_enums import ModelType
+from knowsphere_clients.errors import NotFound
 from knowsphere_contracts.agents import (
+    AGENT_MODEL_TYPES,
+    LLM,
     MAX_CONFIG_BYTES,
     MAX_DESCRIPTION_CHARS,
     MAX_DISPLAY_NAME_CHARS,
@@ -38,6 +43,7 @@ from knowsphere_contracts.agents import (
     MAX_TOOLS,
     NAME_PATTERN,
     NAME_RULE,
+    VISION,
 )
 from knowsphere_contracts.events import MAX_KNOWLEDGE_BASES_PER_TURN, MAX_SESSION_ID_CHARS
 from knowsphere_contracts.services import CONTRACTS
@@ -315,10 +321,45 @@ class AgentStore(Protocol):
     async def orchestrators_running(self, tenant_id: str, agent_id: str) -> list[str]: ...
 
 
+class ModelLookup(Protocol):
+    """modelhub as agents' checks see it: a model of the caller's tenant (NotFound otherwise)."""
+
+    async def get_model(self, model_id: str) -> mpb.Model: ...
+
+
+async def check_vision(models: ModelLookup | None, agent: pb.Agent, field: str = "model_types") -> None:
+    """An agent with VISION must run on a model that reads images (a VLM model): INVALID_ARGUMENT
+    naming ``field`` otherwise. An agent on the tenant's default model is checked at its turns (the
+    default can change); without modelhub (tests of other parts) nothing is checked here."""
+    if VISION not in agent.model_types or not agent.model_id or models is None:
+        return
+    try:
+        model = await models.get_model(agent.model_id)
+    except NotFound:
+        raise invalid("model_id", f"no model {agent.model_id!r} of the tenant's") from None
+    if mpb.MODEL_TYPE_VLM not in model.types:
+        known = [ModelType.from_number(t) for t in model.types]
+        kinds = ", ".join(t.value for t in known if t is not None)
+        raise invalid(
+            field,
+            f"the agent {agent.name!r} has VISION but its model {model.display_name or model.model_name!r} "
+            f"does not read images (its types: {kinds or 'none'}); choose a VLM model or drop VISION",
+        )
+
+
 def check_agent(agent: pb.Agent) -> None:
-    """INVALID_ARGUMENT naming the field and its limit for anything an agent may not be."""
+    """INVALID_ARGUMENT naming the field and its limit for anything an agent may not be. Model types
+    default to LLM; VISION comes on top of it."""
     if not AGENT_NAME.match(agent.name):
         raise invalid("name", NAME_RULE)
+    types = list(dict.fromkeys(agent.model_types)) or [LLM]
+    unknown = [t for t in types if t not in AGENT_MODEL_TYPES]
+    if unknown:
+        raise invalid("model_types", f"unknown type {unknown[0]!r}; one of {', '.join(AGENT_MODEL_TYPES)}")
+    if LLM not in types:
+        raise invalid("model_types", f"must include {LLM} (every agent writes text)")
+    del agent.model_types[:]
+    agent.model_types.extend(types)
     for field, limit in MAX_AGENT_TEXT_CHARS.items():
         value = getattr(agent, field)
         if len(value) > limit:
@@ -339,8 +380,16 @@ def check_agent(agent: pb.Agent) -> None:
 class AgentServicer:
     """Agents as data: what the conversation graph runs a turn with (the orchestration layer's unit)."""
 
-    def __init__(self, store: AgentStore, *, default_page_size: int = 50, max_page_size: int = 200) -> None:
+    def __init__(
+        self,
+        store: AgentStore,
+        *,
+        models: ModelLookup | None = None,
+        default_page_size: int = 50,
+        max_page_size: int = 200,
+    ) -> None:
         self._store = store
+        self._models = models
         self._default_page = default_page_size
         self._max_page = max_page_size
 
@@ -369,8 +418,10 @@ class AgentServicer:
                 active=request.active,
                 create_time=now,
                 update_time=now,
+                model_types=request.model_types,
             )
             check_agent(agent)
+            await check_vision(self._models, agent)
             if not await self._store.create_agent(require_identity().tenant_id, agent):
                 raise taken("name", f"an agent named {agent.name!r} already exists")
             return pb.CreateAgentResponse(agent=agent)
@@ -400,12 +451,13 @@ class AgentServicer:
                     setattr(agent, field, getattr(request, field))
             if request.HasField("model_parameters"):
                 agent.model_parameters.CopyFrom(request.model_parameters)
-            for field in ("tool_names", "knowledge_base_ids", "skill_names"):
+            for field in ("tool_names", "knowledge_base_ids", "skill_names", "model_types"):
                 if request.HasField(field):
                     del getattr(agent, field)[:]
                     getattr(agent, field).extend(getattr(request, field).values)
             agent.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
             check_agent(agent)
+            await check_vision(self._models, agent)
             if not await self._store.replace_agent(require_identity().tenant_id, agent):
                 raise taken("name", f"an agent named {agent.name!r} already exists")
             return pb.UpdateAgentResponse(agent=agent)
@@ -451,11 +503,15 @@ MAX_ORCHESTRATOR_TEXT_CHARS = {"display_name": MAX_DISPLAY_NAME_CHARS, "descript
 
 
 async def check_orchestrator(
-    store: OrchestratorStore, tenant_id: str, orchestrator: pb.Orchestrator
+    store: OrchestratorStore,
+    tenant_id: str,
+    orchestrator: pb.Orchestrator,
+    models: ModelLookup | None = None,
 ) -> ModeConfig:
     """INVALID_ARGUMENT naming the field for anything an orchestrator may not be: its name and texts,
     its mode's configuration, and every agent it names (which must be the tenant's and active).
     ``member_agent_ids`` becomes the configuration's agents followed by any further members given.
+    An agent with VISION whose model no longer reads images is refused naming where it is used.
     Returns the parsed configuration."""
     if not AGENT_NAME.match(orchestrator.name):
         raise invalid("name", NAME_RULE)
@@ -488,6 +544,7 @@ async def check_orchestrator(
             raise invalid(path, f"no agent {agent_id!r}")
         if not agent.active:
             raise invalid(path, f"the agent {agent.name!r} is not active")
+        await check_vision(models, agent, path)  # its model may have changed since it was saved
     del orchestrator.member_agent_ids[:]
     orchestrator.member_agent_ids.extend(dict.fromkeys(a for a, _ in references))
     return parsed
@@ -522,10 +579,12 @@ class OrchestratorServicer:
         keys: OrchestratorKeys | None = None,
         egress: EgressPolicy | None = None,
         resolver: Resolver | None = None,
+        models: ModelLookup | None = None,
         default_page_size: int = 50,
         max_page_size: int = 200,
     ) -> None:
         self._store = store
+        self._models = models
         self._keys = keys or OrchestratorKeys(None)
         self._egress = egress or EgressPolicy()
         self._resolver = resolver
@@ -618,7 +677,7 @@ class OrchestratorServicer:
                 update_time=now,
             )
             tenant = require_identity().tenant_id
-            parsed = await check_orchestrator(self._store, tenant, orchestrator)
+            parsed = await check_orchestrator(self._store, tenant, orchestrator, self._models)
             secrets = await self._seal_key(tenant, orchestrator, parsed)
             if not await self._store.create_orchestrator(tenant, orchestrator, secrets=secrets):
                 raise taken("name", f"an orchestrator named {orchestrator.name!r} already exists")
@@ -668,7 +727,7 @@ class OrchestratorServicer:
                 orchestrator.member_agent_ids.extend(request.member_agent_ids.values)
             orchestrator.update_time.CopyFrom(_timestamp(datetime.now(UTC)))
             tenant = require_identity().tenant_id
-            parsed = await check_orchestrator(self._store, tenant, orchestrator)
+            parsed = await check_orchestrator(self._store, tenant, orchestrator, self._models)
             stored = await self._store.get_orchestrator_secret(tenant, orchestrator.id, API_KEY) is not None
             secrets = await self._seal_key(tenant, orchestrator, parsed, stored=stored, hint=hint, peer=peer)
             if not await self._store.replace_orchestrator(tenant, orchestrator, secrets=secrets):

@@ -40,6 +40,7 @@ from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_clients.errors import ServiceError
 from knowsphere_clients.modelhub import is_model_missing
+from knowsphere_contracts.agents import VISION
 from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
 from knowsphere_conversation.domain import prompts
 from knowsphere_conversation.domain.citations import CitationFilter, renumber_citations
@@ -166,6 +167,7 @@ def agent_config(agent: cpb.Agent) -> AgentConfig:
         knowledge_base_ids=tuple(agent.knowledge_base_ids),
         temperature=parameters.temperature if parameters.HasField("temperature") else None,
         max_tokens=parameters.max_tokens if parameters.HasField("max_tokens") else None,
+        vision=VISION in agent.model_types,
     )
 
 

@@ -11,7 +11,7 @@ runs → 409; a mode that cannot be configured yet → 501.
 """
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Response
 from google.protobuf import json_format, struct_pb2
@@ -21,6 +21,7 @@ from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere.conversation.v1.conversation_enums import OrchestrationMode
 from knowsphere_clients import ConversationClient
 from knowsphere_contracts.agents import (
+    AGENT_MODEL_TYPES,
     MAX_CONFIG_BYTES,
     MAX_DESCRIPTION_CHARS,
     MAX_DISPLAY_NAME_CHARS,
@@ -54,7 +55,7 @@ OrchestratorListJson = json_model(pb.ListOrchestratorsResponse.DESCRIPTOR)
 
 # Fields of an update whose values replace a whole list: they travel as ``StringList`` messages so that
 # "not given" and "[]" differ.
-AGENT_LISTS = ("tool_names", "knowledge_base_ids", "skill_names")
+AGENT_LISTS = ("tool_names", "knowledge_base_ids", "skill_names", "model_types")
 ORCHESTRATOR_LISTS = ("member_agent_ids",)
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description=NAME_RULE)]
@@ -66,6 +67,14 @@ Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 ToolNames = Annotated[list[Id], Field(max_length=MAX_TOOLS, description="from the tool runner's catalog")]
 KnowledgeBaseIds = Annotated[list[Id], Field(max_length=MAX_KNOWLEDGE_BASES_PER_TURN)]
 SkillNames = Annotated[list[Id], Field(max_length=MAX_SKILLS)]
+ModelTypes = Annotated[
+    list[Literal["LLM", "VISION"]],
+    Field(
+        max_length=len(AGENT_MODEL_TYPES),
+        description="LLM (always) and VISION: the agent reads a message's images itself, so its model "
+        'must be a VLM model (refused naming model_types otherwise); [] means ["LLM"]',
+    ),
+]
 MemberAgentIds = Annotated[
     list[Id],
     Field(
@@ -114,6 +123,7 @@ class AgentCreate(RequestBody):
     tool_names: ToolNames = Field(default_factory=list)
     knowledge_base_ids: KnowledgeBaseIds = Field(default_factory=list)
     skill_names: SkillNames = Field(default_factory=list)
+    model_types: ModelTypes = Field(default_factory=list)
     active: JsonBool = Field(
         default=True, description="false: kept, but sessions and orchestrators cannot run it"
     )
@@ -131,6 +141,7 @@ class AgentUpdate(RequestBody):
     tool_names: ToolNames | None = None
     knowledge_base_ids: KnowledgeBaseIds | None = None
     skill_names: SkillNames | None = None
+    model_types: ModelTypes | None = None
     active: JsonBool | None = None
 
 

@@ -601,7 +601,7 @@ class AgentModelParameters(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("id", "name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active", "create_time", "update_time")
+    __slots__ = ("id", "name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active", "create_time", "update_time", "model_types")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -615,6 +615,7 @@ class Agent(_message.Message):
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TYPES_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     display_name: str
@@ -628,10 +629,11 @@ class Agent(_message.Message):
     active: bool
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., knowledge_base_ids: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., active: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    model_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., knowledge_base_ids: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., active: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateAgentRequest(_message.Message):
-    __slots__ = ("name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active")
+    __slots__ = ("name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active", "model_types")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -642,6 +644,7 @@ class CreateAgentRequest(_message.Message):
     KNOWLEDGE_BASE_IDS_FIELD_NUMBER: _ClassVar[int]
     SKILL_NAMES_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TYPES_FIELD_NUMBER: _ClassVar[int]
     name: str
     display_name: str
     description: str
@@ -652,7 +655,8 @@ class CreateAgentRequest(_message.Message):
     knowledge_base_ids: _containers.RepeatedScalarFieldContainer[str]
     skill_names: _containers.RepeatedScalarFieldContainer[str]
     active: bool
-    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., knowledge_base_ids: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., active: _Optional[bool] = ...) -> None: ...
+    model_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Iterable[str]] = ..., knowledge_base_ids: _Optional[_Iterable[str]] = ..., skill_names: _Optional[_Iterable[str]] = ..., active: _Optional[bool] = ..., model_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateAgentResponse(_message.Message):
     __slots__ = ("agent",)
@@ -689,7 +693,7 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateAgentRequest(_message.Message):
-    __slots__ = ("agent_id", "name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active")
+    __slots__ = ("agent_id", "name", "display_name", "description", "system_prompt", "model_id", "model_parameters", "tool_names", "knowledge_base_ids", "skill_names", "active", "model_types")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -701,6 +705,7 @@ class UpdateAgentRequest(_message.Message):
     KNOWLEDGE_BASE_IDS_FIELD_NUMBER: _ClassVar[int]
     SKILL_NAMES_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TYPES_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     name: str
     display_name: str
@@ -712,7 +717,8 @@ class UpdateAgentRequest(_message.Message):
     knowledge_base_ids: StringList
     skill_names: StringList
     active: bool
-    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Union[StringList, _Mapping]] = ..., knowledge_base_ids: _Optional[_Union[StringList, _Mapping]] = ..., skill_names: _Optional[_Union[StringList, _Mapping]] = ..., active: _Optional[bool] = ...) -> None: ...
+    model_types: StringList
+    def __init__(self, agent_id: _Optional[str] = ..., name: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_parameters: _Optional[_Union[AgentModelParameters, _Mapping]] = ..., tool_names: _Optional[_Union[StringList, _Mapping]] = ..., knowledge_base_ids: _Optional[_Union[StringList, _Mapping]] = ..., skill_names: _Optional[_Union[StringList, _Mapping]] = ..., active: _Optional[bool] = ..., model_types: _Optional[_Union[StringList, _Mapping]] = ...) -> None: ...
 
 class UpdateAgentResponse(_message.Message):
     __slots__ = ("agent",)
