@@ -944,3 +944,75 @@ async def test_vision_needs_a_model_that_reads_images_and_such_an_agent_gets_the
             assert "config.agent_id" in await refused(
                 stub.CreateOrchestrator(again), grpc.StatusCode.INVALID_ARGUMENT
             )
+
+
+async def test_images_reach_every_vision_agent_of_a_collaboration_and_a_supervisors_worker(
+    store: SqlSessionStore,
+) -> None:
+    catalogue = ModelCatalogue(
+        qa=mpb.Model(id="qa", types=[mpb.MODEL_TYPE_KNOWLEDGE_QA]),
+        vlm=mpb.Model(id="vlm", types=[mpb.MODEL_TYPE_KNOWLEDGE_QA, mpb.MODEL_TYPE_VLM]),
+    )
+
+    def team(request: mpb.ChatStreamRequest) -> list[Any]:
+        system = request.messages[0].content[0].text
+        if system.startswith("You are the boss") and request.messages[-1].role != mpb.CHAT_ROLE_TOOL:
+            return tool_call("transfer_to_seer", {"task": "describe the chart"}, call_id="call-h")
+        return text(f"{system.split('.')[0]} answers.")
+
+    world = World(store, Models(team, intent="E"))
+    world.runner._agents = store  # type: ignore[attr-defined]
+    servicer = ConversationServicer(store, world.history, world.cancel, world.forget, bindings=store)
+    binding = build_binding(servicer, AgentServicer(store, models=catalogue), OrchestratorServicer(store))
+    async with serving("conversation", binding=binding) as channel:
+        stub = CONTRACTS["conversation"].stub(channel)
+        with bound_identity(CALLER):
+
+            async def agent(name: str, model: str, types: list[str]) -> pb.Agent:
+                request = pb.CreateAgentRequest(
+                    name=name,
+                    system_prompt=f"You are the {name}.",
+                    model_id=model,
+                    model_types=types,
+                    active=True,
+                )
+                return (await stub.CreateAgent(request)).agent
+
+            seer = await agent("seer", "vlm", ["LLM", "VISION"])
+            reader = await agent("reader", "qa", ["LLM"])
+            boss = await agent("boss", "qa", ["LLM"])
+            _, panel = await session_on(
+                stub,
+                "panel",
+                pb.ORCHESTRATION_MODE_COLLABORATION,
+                {"agent_ids": [seer.id, reader.id], "collaboration_strategy": "parallel"},
+            )
+            _, crew = await session_on(
+                stub,
+                "crew",
+                pb.ORCHESTRATION_MODE_SUPERVISOR,
+                {"supervisor_agent_id": boss.id, "worker_agent_ids": [seer.id]},
+            )
+            for session, turn in ((panel, "t-panel"), (crew, "t-crew")):
+                start = len(world.models.requests)
+                await world.runner.run(
+                    ChatRequested(
+                        turn_id=turn, session_id=session, message="what does this show?", images=[PIXEL]
+                    )
+                )
+                assert world.events[-1].kind is TurnEventKind.COMPLETED, world.events[-1]
+                asked = world.models.requests[start:]
+                by_model = {
+                    r.model_id: [p.WhichOneof("part") for p in r.messages[-1].content]
+                    for r in asked
+                    if r.messages[-1].role == mpb.CHAT_ROLE_USER
+                }
+                # The VISION agent saw the image itself; the others only as text.
+                assert "image" in by_model.get("vlm", []), (
+                    turn,
+                    by_model,
+                    [(r.model_id, r.messages[-1].role) for r in asked],
+                )
+                assert all("image" not in parts for model, parts in by_model.items() if model != "vlm"), (
+                    by_model
+                )
