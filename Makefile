@@ -13,6 +13,10 @@ PACKAGE_FILES := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST_ARGS ?=
 # The contracts are checked for breaking changes against this git ref.
 PROTO_BASE ?= main
+# The web UI (frontend/, Node 20.19+ and npm), built into frontend/dist and served by the gateway at /ui/.
+FRONTEND := frontend/dist/index.html
+FRONTEND_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) frontend/index.html \
+	frontend/vite.config.ts
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
 	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-multihop eval-intent chaos local-llm clean help
@@ -41,7 +45,10 @@ help:
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 	@echo "make chaos    the fault suite alone (tests/chaos): per scenario lost, duplicated, time to recover (JSON lines)"
 
-setup: $(STAMP)
+setup: $(STAMP) $(FRONTEND)
+
+$(FRONTEND): frontend/package.json frontend/package-lock.json $(FRONTEND_SOURCES)
+	cd frontend && npm ci --no-audit --no-fund && npm run build
 
 $(STAMP): $(PACKAGE_FILES) constraints.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,7 +56,7 @@ $(STAMP): $(PACKAGE_FILES) constraints.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -c constraints.txt -r requirements-dev.txt $(addprefix -e ,$(PACKAGES))
 	@touch $(STAMP)
 
-up: $(STAMP)
+up: $(STAMP) $(FRONTEND)
 	$(VENV)/bin/ks-stack up
 
 down:
@@ -58,7 +65,8 @@ down:
 status: $(STAMP)
 	$(VENV)/bin/ks-stack status
 
-test: $(STAMP)
+test: $(STAMP) $(FRONTEND)
+	cd frontend && npm test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -71,6 +71,7 @@ def main() -> None:
                 health_probes=probes,
                 bus_connected=partial(broker.ping, 0.5),
                 chat_turn_timeout=settings.chat_turn_timeout_seconds,
+                web_dist=settings.web_dist,
                 tokens=tokens,
                 applications=application_store,
                 local_identity=(

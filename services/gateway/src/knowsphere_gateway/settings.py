@@ -25,6 +25,10 @@ from knowsphere_gateway.domain.wecom_options import DEFAULT_WECOM_OPTIONS, WeCom
 from knowsphere_runtime.secrets import KeyRing
 from knowsphere_runtime.settings import ServiceSettings
 
+CHECKOUT_WEB_DIST = Path(__file__).resolve().parents[4] / "frontend" / "dist"
+"""Where ``make setup`` builds the web UI in a checkout (an installed package has none: set
+``KS_GATEWAY_WEB_DIST``)."""
+
 _WECOM = DEFAULT_WECOM_OPTIONS
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -120,6 +124,10 @@ class Settings(ServiceSettings, TokenStoreSettings):
     memory_addr: str
     toolrunner_addr: str
     modelhub_addr: str
+    web_dist: Path = Field(
+        default=CHECKOUT_WEB_DIST,
+        description="the built web UI (frontend/dist, made by make setup), served under /ui/",
+    )
     chat_turn_timeout_seconds: float = Field(
         default=120.0, gt=0, description="longest wait for the next event of a turn"
     )
