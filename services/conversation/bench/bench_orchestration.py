@@ -111,6 +111,8 @@ EXPECTED = {
     Mode.SUPERVISOR: Expected(6, 1, TurnRoute.REACT, (HANDBOOK_AGENT, FRONT_DESK_AGENT)),
     # The tool step (no model); the answering step's intent and answer.
     Mode.WORKFLOW: Expected(2, 1, TurnRoute.GENERATE, (HANDBOOK_AGENT,)),
+    # As single, with the workspace tools and write_plan offered (a longer prompt, no more requests).
+    Mode.DEEP_AGENT: Expected(3, 1, TurnRoute.REACT),
 }
 
 
