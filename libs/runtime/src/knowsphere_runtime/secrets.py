@@ -39,13 +39,14 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+from pydantic import AliasChoices, Field, SecretStr
 
 TOKEN_VERSION = "v2"  # associated data: key id, tenant id, model id
 LEGACY_TOKEN_VERSION = "v1"  # associated data: key id only; read, rewritten as v2 at start-up
@@ -332,6 +333,42 @@ def mask(api_key: str) -> str:
     if len(secret) < MASK_MIN_SECRET_CHARS:
         return MASK_ELLIPSIS
     return f"{prefix}{MASK_ELLIPSIS}{secret[-MASK_VISIBLE_CHARS:]}"
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+MASTER_KEY_FORMS = (
+    "32 random bytes in base64 (HKDF-SHA256), or a passphrase of at least 16 characters (scrypt with "
+    "the installation's salt)"
+)
+
+
+def master_key_field(prefix: str, purpose: str, *, required: bool) -> Any:
+    """The ``master_key`` setting of a service that keeps tenants' secrets: read from ``MASTER_KEY`` (the
+    one key every such service shares) or ``<prefix>MASTER_KEY``; ``purpose`` says what it encrypts."""
+    return Field(
+        default=... if required else None,
+        validation_alias=AliasChoices("MASTER_KEY", f"{prefix}MASTER_KEY"),
+        min_length=16,
+        description=f"encrypts {purpose}: {MASTER_KEY_FORMS}"
+        + ("" if required else "; unset: none can be stored"),
+    )
+
+
+def previous_master_keys_field(prefix: str) -> Any:
+    """The ``master_key_previous`` setting: earlier master keys still read while rotating."""
+    return Field(
+        default="",
+        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", f"{prefix}MASTER_KEY_PREVIOUS"),
+        description="comma-separated earlier master keys, for rotation",
+    )
+
+
+def key_ring_of(master_key: SecretStr | None, previous: str) -> KeyRing | None:
+    """The key ring of a service's settings (None without a master key)."""
+    if master_key is None:
+        return None
+    return KeyRing.from_strings(master_key.get_secret_value(), previous)
 
 
 # --- start-up check and rotation -----------------------------------------------------------------

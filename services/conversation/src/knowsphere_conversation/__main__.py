@@ -38,7 +38,7 @@ from knowsphere_runtime.lifecycle import (
     run_service,
 )
 from knowsphere_runtime.rpc import GrpcServer
-from knowsphere_runtime.secrets import KeyRing, MasterKeyError, verify_master_key
+from knowsphere_runtime.secrets import KeyRing, MasterKeyError, key_ring_of, verify_master_key
 from knowsphere_runtime.settings import load_settings
 from knowsphere_runtime.streams import STREAM_REPLICAS
 
@@ -101,11 +101,7 @@ def main() -> None:
         broker.include_router(bus.router)
         checkpoints = CheckpointStore(settings.checkpoint_url, settings.data_dir)
         sessions = SqlSessionStore(settings.sqlalchemy_url())
-        ring = (
-            KeyRing.from_strings(settings.master_key.get_secret_value(), settings.master_key_previous)
-            if settings.master_key is not None
-            else None
-        )
+        ring = key_ring_of(settings.master_key, settings.master_key_previous)
         keys = OrchestratorKeys(ring)
         peers = HttpPeers(settings.egress, answer_seconds=settings.external_answer_seconds)
         memory = MemoryClient(channels["memory"])

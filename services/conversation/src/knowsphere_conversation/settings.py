@@ -10,10 +10,11 @@ group: ``KS_CONVERSATION_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
 
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from knowsphere_egress import EgressPolicy
+from knowsphere_runtime.secrets import master_key_field, previous_master_keys_field
 from knowsphere_runtime.settings import ServiceSettings
 
 
@@ -65,18 +66,10 @@ class Settings(ServiceSettings):
     extract_chars: int = Field(
         default=1200, ge=100, le=20_000, description="characters quoted without a model"
     )
-    master_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("MASTER_KEY", "KS_CONVERSATION_MASTER_KEY"),
-        min_length=16,
-        description="secret the external orchestrators' API keys are encrypted with (the same as "
-        "modelhub's): 32 random bytes in base64, or a passphrase of at least 16 characters",
+    master_key: SecretStr | None = master_key_field(
+        "KS_CONVERSATION_", "the external orchestrators' API keys", required=False
     )
-    master_key_previous: str = Field(
-        default="",
-        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_CONVERSATION_MASTER_KEY_PREVIOUS"),
-        description="comma-separated earlier master keys, for rotation",
-    )
+    master_key_previous: str = previous_master_keys_field("KS_CONVERSATION_")
     egress: EgressPolicy = Field(
         default=EgressPolicy(),
         description="the egress guard of calls to external orchestrators' applications (allowed ports, "

@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowsphere_egress import EgressPolicy
@@ -22,7 +22,7 @@ from knowsphere_gateway.adapters.wecom_api import DEFAULT_API_BASE
 from knowsphere_gateway.domain.limits import DEFAULT_LIMITS, Limits
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
 from knowsphere_gateway.domain.wecom_options import DEFAULT_WECOM_OPTIONS, WeComOptions
-from knowsphere_runtime.secrets import KeyRing
+from knowsphere_runtime.secrets import KeyRing, key_ring_of, master_key_field, previous_master_keys_field
 from knowsphere_runtime.settings import ServiceSettings
 
 CHECKOUT_WEB_DIST = Path(__file__).resolve().parents[4] / "frontend" / "dist"
@@ -209,18 +209,10 @@ class Settings(ServiceSettings, TokenStoreSettings):
     )
 
     # --- tenants' secrets and the WeCom channels (api/wecom.py) ---
-    master_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("MASTER_KEY", "KS_GATEWAY_MASTER_KEY"),
-        min_length=16,
-        description="encrypts the WeCom channels' secrets: 32 random bytes in base64 (HKDF-SHA256) or a "
-        "passphrase (scrypt with the installation's salt); unset: WeCom applications cannot be stored",
+    master_key: SecretStr | None = master_key_field(
+        "KS_GATEWAY_", "the WeCom channels' secrets", required=False
     )
-    master_key_previous: str = Field(
-        default="",
-        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_GATEWAY_MASTER_KEY_PREVIOUS"),
-        description="comma-separated earlier master keys, for rotation",
-    )
+    master_key_previous: str = previous_master_keys_field("KS_GATEWAY_")
     egress: EgressPolicy = Field(
         default=EgressPolicy(),
         description="the egress guard of the calls to WeCom's API (allowed ports, allow-listed networks "
@@ -268,9 +260,7 @@ class Settings(ServiceSettings, TokenStoreSettings):
 
     def key_ring(self) -> KeyRing | None:
         """The key ring of the channels' secrets (a passphrase one still needs its salt), or None."""
-        if self.master_key is None:
-            return None
-        return KeyRing.from_strings(self.master_key.get_secret_value(), self.master_key_previous)
+        return key_ring_of(self.master_key, self.master_key_previous)
 
     def wecom(self) -> WeComOptions:
         """The numbers of the WeCom channels."""

@@ -10,10 +10,11 @@ is a nested group: ``KS_MODELHUB_EGRESS__ALLOW_NETWORKS='["10.0.0.0/8"]'``,
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from knowsphere_egress import EgressPolicy
+from knowsphere_runtime.secrets import master_key_field, previous_master_keys_field
 from knowsphere_runtime.settings import ServiceSettings
 
 
@@ -23,17 +24,8 @@ class Settings(ServiceSettings):
     )
 
     grpc_port: int = Field(default=7416, ge=1, le=65535)
-    master_key: SecretStr = Field(
-        validation_alias=AliasChoices("MASTER_KEY", "KS_MODELHUB_MASTER_KEY"),
-        min_length=16,
-        description="secret from which the key-encryption key is derived: 32 random bytes in base64 "
-        "(HKDF-SHA256) or a passphrase (scrypt with the installation's salt)",
-    )
-    master_key_previous: str = Field(
-        default="",
-        validation_alias=AliasChoices("MASTER_KEY_PREVIOUS", "KS_MODELHUB_MASTER_KEY_PREVIOUS"),
-        description="comma-separated earlier master keys, for rotation",
-    )
+    master_key: SecretStr = master_key_field("KS_MODELHUB_", "the providers' API keys", required=True)
+    master_key_previous: str = previous_master_keys_field("KS_MODELHUB_")
     database_url: str = Field(
         default="",
         description="SQLAlchemy async URL; empty = SQLite at <data_dir>/modelhub.db",
