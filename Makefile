@@ -19,7 +19,7 @@ FRONTEND_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/nul
 	frontend/vite.config.ts
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-multihop eval-intent chaos local-llm clean help
+	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-scale bench-multihop eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -42,6 +42,7 @@ help:
 	@echo "make bench-prefix  prompt-prefix reuse over a scripted 10-turn session (last line: JSON)"
 	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
 	@echo "make bench-images  each service's image size, estimated from its installed dependency closure (last line: JSON)"
+	@echo "make bench-scale   ingestion (1-3 workers, 2 modelhub) and chat turns (2 conversation replicas) vs one replica: rate, CPU per unit, ratios (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 	@echo "make chaos    the fault suite alone (tests/chaos): per scenario lost, duplicated, time to recover (JSON lines)"
 
@@ -127,6 +128,9 @@ bench-gateway: $(STAMP)
 
 bench-images: $(STAMP)
 	$(PY) deploy/docker/service_closure.py sizes
+
+bench-scale: $(STAMP)
+	$(PY) deploy/local/bench/bench_scale.py $(BENCH_ARGS)
 
 # Query understanding over the labelled intent set, against a running modelhub (make up).
 eval-intent: $(STAMP)
