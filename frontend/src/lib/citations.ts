@@ -27,7 +27,7 @@ export interface Source {
 
 /**
  * A source as the API sends it: `handle` in turn events (`ChatTurnEvent.citations`), `label` and
- * `index` in a session's stored messages (`Message.citations`, which keep no page nor heading path).
+ * `index` in a session's stored messages (`Message.citations`).
  */
 export interface SourceJson {
   handle?: string | null

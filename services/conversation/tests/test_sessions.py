@@ -113,6 +113,16 @@ async def test_messages_are_the_turns_questions_and_answers_and_deleting_the_ses
         ]
         newest = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=1))
         assert newest.messages[0].turn_id == "t2" and newest.messages[0].role == pb.MESSAGE_ROLE_ASSISTANT
+        # An answer keeps the sources it cites, so a reloaded conversation still shows them.
+        [cited] = newest.messages[0].citations
+        assert (cited.label, cited.index, cited.file_name, cited.document_id, cited.knowledge_base_id) == (
+            "c1",
+            1,
+            "handbook.pdf",
+            "doc-handbook",
+            "kb-1",
+        )
+        assert cited.snippet == "Employees get 25 days of annual leave."
         everything = await stub.ListMessages(
             pb.ListMessagesRequest(
                 session_id=session.id, oldest_first=True, include_tool_messages=True, page_size=50

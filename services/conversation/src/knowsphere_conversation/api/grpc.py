@@ -138,6 +138,23 @@ def history_message(session_id: str, message: Message) -> pb.Message:
         out.tool_calls.append(pb.ToolCall(id=call["id"], name=call["name"], arguments_json=call["arguments"]))
     out.tool_call_id = message.get("tool_call_id", "")
     out.tool_name = message.get("name", "")
+    for cited in message.get("citations", ()):
+        handle = str(cited.get("handle", ""))
+        out.citations.append(
+            pb.Citation(
+                label=handle,
+                index=int(handle[1:]) if handle[1:].isdigit() else 0,
+                chunk_id=cited.get("chunk_id", ""),
+                document_id=cited.get("document_id", ""),
+                file_name=cited.get("file_name", ""),
+                knowledge_base_id=cited.get("knowledge_base_id", ""),
+                url=cited.get("url", ""),
+                title=cited.get("title", ""),
+                snippet=cited.get("snippet", ""),
+                page=cited.get("page", 0),
+                heading_path=cited.get("heading_path", []),
+            )
+        )
     return out
 
 

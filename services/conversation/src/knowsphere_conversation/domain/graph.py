@@ -43,7 +43,7 @@ from knowsphere_clients.modelhub import is_model_missing
 from knowsphere_contracts.agents import VISION
 from knowsphere_contracts.events import AnswerKind, Citation, TurnEventKind
 from knowsphere_conversation.domain import prompts
-from knowsphere_conversation.domain.citations import CitationFilter, renumber_citations
+from knowsphere_conversation.domain.citations import CitationFilter, cited_handles, renumber_citations
 from knowsphere_conversation.domain.extractive import Passage, extract_answer
 from knowsphere_conversation.domain.images import ImageRef
 from knowsphere_conversation.domain.intents import BY_CODE, SKIP_INTENTS, route_for, rule_intent
@@ -684,11 +684,12 @@ async def agent(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     handles = [s["handle"] for s in state.get("sources", [])]
     reply = await _stream_model(turn, request, handles)
     calls = reply.calls if rounds < turn.limits.max_tool_rounds else []
-    message = Message(
-        id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=not calls
-    )
     if calls:
+        message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text)
+        message["final"] = False
         message["tool_calls"] = calls
+    else:
+        message = answer_message(state, reply.text, state.get("sources", []))
     return {"messages": [message], "tool_rounds": rounds + (1 if calls else 0), **reply.sizes()}
 
 
@@ -897,6 +898,17 @@ def state_source(source: tpb.Source) -> dict[str, Any]:
     return {**Citation(**citation).model_dump(), RETRIEVAL_HANDLE: source.handle}
 
 
+def answer_message(state: TurnState, text: str, sources: Sequence[dict[str, Any]]) -> Message:
+    """A turn's answer as the checkpoint keeps it, with the sources its text cites: the session's
+    history shows them after the turn's events are gone."""
+    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+    used = cited_handles(text)
+    cited = [citation(s).model_dump() for s in sources if s.get("handle") in used]
+    if cited:
+        message["citations"] = cited
+    return message
+
+
 def citation(source: dict[str, Any]) -> Citation:
     """The Citation of a source kept in the state."""
     return Citation(**{k: v for k, v in source.items() if k in CITATION_FIELDS})
@@ -931,9 +943,7 @@ async def generate(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
         request.tool_choice.mode = mpb.TOOL_CHOICE_MODE_NONE
     # Route retrieve (and a collaboration's summary): this turn's sources, cited as [[cN]].
     reply = await _stream_model(turn, request, [s["handle"] for s in state.get("sources", [])])
-    message = Message(
-        id=_new_id(), turn_id=state["turn_id"], role="assistant", content=reply.text, final=True
-    )
+    message = answer_message(state, reply.text, state.get("sources", []))
     return {"messages": [message], **reply.sizes()}
 
 
@@ -1004,7 +1014,7 @@ async def extract(state: TurnState, config: RunnableConfig) -> dict[str, Any]:
     text = f"{prompts.ADD_MODEL_HINT[language]}\n\n{body}"
     turn.text.append(text)
     await turn.emit(TurnEventKind.TEXT_DELTA, text=text)
-    message = Message(id=_new_id(), turn_id=state["turn_id"], role="assistant", content=text, final=True)
+    message = answer_message(state, text, sources)
     return {"messages": [message], "sources": sources, "answer_kind": AnswerKind.EXTRACTED.value}
 
 

@@ -16,7 +16,7 @@ and a new turn shares (1)–(4) of the previous one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere.modelhub.v1.modelhub_enums import ChatRole
@@ -43,6 +43,8 @@ class Message(TypedDict):
     name: NotRequired[str]
     final: NotRequired[bool]
     """An assistant message that is a turn's answer (not a tool-calling step)."""
+    citations: NotRequired[list[dict[str, Any]]]
+    """A turn's answer: the sources its text cites (Citation fields), kept for the session's history."""
 
 
 def finished_turns(messages: Sequence[Message], current_turn: str, keep_turns: int) -> list[Message]:

@@ -299,7 +299,7 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class Citation(_message.Message):
-    __slots__ = ("label", "index", "chunk_id", "document_id", "file_name", "knowledge_base_id", "url", "title", "snippet")
+    __slots__ = ("label", "index", "chunk_id", "document_id", "file_name", "knowledge_base_id", "url", "title", "snippet", "page", "heading_path")
     LABEL_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,8 @@ class Citation(_message.Message):
     URL_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    HEADING_PATH_FIELD_NUMBER: _ClassVar[int]
     label: str
     index: int
     chunk_id: str
@@ -318,7 +320,9 @@ class Citation(_message.Message):
     url: str
     title: str
     snippet: str
-    def __init__(self, label: _Optional[str] = ..., index: _Optional[int] = ..., chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., file_name: _Optional[str] = ..., knowledge_base_id: _Optional[str] = ..., url: _Optional[str] = ..., title: _Optional[str] = ..., snippet: _Optional[str] = ...) -> None: ...
+    page: int
+    heading_path: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, label: _Optional[str] = ..., index: _Optional[int] = ..., chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., file_name: _Optional[str] = ..., knowledge_base_id: _Optional[str] = ..., url: _Optional[str] = ..., title: _Optional[str] = ..., snippet: _Optional[str] = ..., page: _Optional[int] = ..., heading_path: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_prompt_tokens")
