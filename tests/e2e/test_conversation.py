@@ -362,13 +362,6 @@ def test_one_trace_runs_from_the_request_through_every_step_of_the_turn(
         return openai_tool_call_stream("doc_retrieval", {"query": "annual leave"})
 
     model_server.respond("/v1/chat/completions", model)
-    trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
-    with client(stack, tenant()) as http:
-        use_scripted_model(http, model_server)
-        kb_id, _ = ready_kb(http)
-        http.headers["traceparent"] = f"00-{trace_id}-{caller_span}-01"
-        turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
-    assert turn[-1][0] == "completed"
     wanted = {
         ("gateway", "/api/v1/chat/turns"),
         ("conversation", "conversation.query_understand"),
@@ -380,32 +373,60 @@ def test_one_trace_runs_from_the_request_through_every_step_of_the_turn(
         ("modelhub", "Decide"),
     }
 
+    def server_span(spans: list[Any], service: str, part: str) -> Any:
+        return next(
+            (s for s in spans if s.service == service and s.kind == "SERVER" and part in s.name), None
+        )
+
     def complete(spans: list[Any]) -> bool:
         # The gateway's request span ends (and is exported) only after the whole event stream was
         # sent, later than its inner "http send" spans whose names match too: wait for it by kind.
-        return all(any(s.service == svc and part in s.name for s in spans) for svc, part in wanted) and any(
-            s.service == "gateway" and s.kind == "SERVER" and "/chat/turns" in s.name for s in spans
+        return all(any(s.service == svc and part in s.name for s in spans) for svc, part in wanted) and (
+            server_span(spans, "gateway", "/chat/turns") is not None
         )
 
-    spans = otlp.wait_for(trace_id, complete, timeout=60)
-    missing = {w for w in wanted if not any(s.service == w[0] and w[1] in s.name for s in spans)}
-    assert not missing, sorted({(s.service, s.name) for s in spans})
-    by_id = {s.span_id: s for s in spans}
+    def problem_with(spans: list[Any], caller_span: str) -> str | None:
+        """What the trace lacks, or None when it runs from the caller through every step."""
+        missing = {w for w in wanted if not any(s.service == w[0] and w[1] in s.name for s in spans)}
+        if missing:
+            return f"missing {sorted(missing)} among {sorted({(s.service, s.name) for s in spans})}"
+        by_id = {s.span_id: s for s in spans}
 
-    def ancestors(span: Any) -> list[Any]:
-        chain = []
-        while span.parent_span_id in by_id:
-            span = by_id[span.parent_span_id]
-            chain.append(span)
-        return chain
+        def ancestors(span: Any) -> list[Any]:
+            chain = []
+            while span.parent_span_id in by_id:
+                span = by_id[span.parent_span_id]
+                chain.append(span)
+            return chain
 
-    tools_node = next(s for s in spans if s.name == "conversation.tools")
-    execute = next(
-        s for s in spans if s.service == "toolrunner" and s.kind == "SERVER" and "ExecuteTool" in s.name
-    )
-    search = next(s for s in spans if s.service == "retrieval" and s.kind == "SERVER" and "Search" in s.name)
-    request = next(
-        s for s in spans if s.service == "gateway" and s.kind == "SERVER" and "/chat/turns" in s.name
-    )
-    assert tools_node in ancestors(execute) and execute in ancestors(search)
-    assert request in ancestors(tools_node) and request.parent_span_id == caller_span
+        request = server_span(spans, "gateway", "/chat/turns")
+        execute = server_span(spans, "toolrunner", "ExecuteTool")
+        search = server_span(spans, "retrieval", "Search")
+        if request is None or execute is None or search is None:
+            return f"a server span is missing: request {request}, execute {execute}, search {search}"
+        if request.parent_span_id != caller_span:
+            return f"the request span's parent is {request.parent_span_id}, not the caller's {caller_span}"
+        tools_nodes = [s for s in spans if s.name == "conversation.tools"]
+        if not any(node in ancestors(execute) and request in ancestors(node) for node in tools_nodes):
+            chain = [a.name for a in ancestors(execute)]
+            return f"ExecuteTool is not under a tools node under the request: {chain}"
+        if execute not in ancestors(search):
+            return f"Search is not under ExecuteTool: {[a.name for a in ancestors(search)]}"
+        return None
+
+    problems = []
+    with client(stack, tenant()) as http:
+        use_scripted_model(http, model_server)
+        kb_id, _ = ready_kb(http)
+        # Spans are exported in batches, best effort: a trace a loaded machine let a batch of drop is
+        # asked once more; one of the two must run whole from the request through every step.
+        for _ in range(2):
+            trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+            http.headers["traceparent"] = f"00-{trace_id}-{caller_span}-01"
+            turn = ask(http, "How many days of annual leave do employees get?", knowledge_base_ids=[kb_id])
+            assert turn[-1][0] == "completed", turn
+            problem = problem_with(otlp.wait_for(trace_id, complete, timeout=60), caller_span)
+            if problem is None:
+                break
+            problems.append(problem)
+    assert len(problems) < 2, problems
