@@ -58,6 +58,7 @@ from knowsphere_runtime.streams import SESSION_LEASES_BUCKET
 from knowsphere_stack import Stack, StackConfig
 from knowsphere_stack.layout import nats_nodes
 
+from .test_conversation import use_scripted_model
 from .test_gateway_ingestion import events
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "modelhub" / "tests"))
@@ -293,23 +294,6 @@ def test_uploads_are_ingested_by_all_three_workers_each_ready_once(replicated: S
 
 
 # (c) the conversation replicas ----------------------------------------------------------------
-
-
-def use_scripted_model(http: httpx.Client, server: ScriptedProvider) -> None:
-    created = http.post(
-        "/models",
-        json={
-            "display_name": "scripted chat",
-            "provider_id": "custom",
-            "model_name": "scripted-chat",
-            "types": ["knowledge_qa"],
-            "base_url": f"{server.url}/v1",
-            "api_key": "sk-e2e-replicas-0001",
-        },
-    )
-    assert created.status_code == 201, created.text
-    chosen = http.put("/models/defaults/knowledge_qa", json={"model_id": created.json()["id"]})
-    assert chosen.status_code == 200, chosen.text
 
 
 def ask(http: httpx.Client, message: str, **fields: Any) -> list[tuple[str, dict[str, Any]]]:

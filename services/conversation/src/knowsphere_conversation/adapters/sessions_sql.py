@@ -40,7 +40,7 @@ from knowsphere.conversation.v1 import conversation_pb2 as pb
 from knowsphere_conversation.domain.external import SecretChanges, StoredSecret
 from knowsphere_conversation.domain.sessions import SessionPage, SessionRecord
 from knowsphere_runtime.identity import Identity
-from knowsphere_sqlstore import SqlDatabase, UtcDateTime
+from knowsphere_sqlstore import SettingsRows, SqlDatabase, UtcDateTime, settings_table
 
 metadata = MetaData()
 
@@ -115,12 +115,7 @@ external_conversations = Table(
     Column("update_time", UtcDateTime, nullable=False),
 )
 
-conversation_settings = Table(
-    "conversation_settings",
-    metadata,
-    Column("key", String(), primary_key=True),
-    Column("value", Text, nullable=False),
-)
+conversation_settings = settings_table("conversation_settings", metadata)
 
 
 def _record(row: Any) -> SessionRecord:
@@ -140,6 +135,7 @@ def _owned(owner: Identity, session_id: str) -> Any:
 class SqlSessionStore:
     def __init__(self, url: str) -> None:
         self._db = SqlDatabase(url, metadata, owner="SqlSessionStore")
+        self._settings = SettingsRows(self._db, conversation_settings)
 
     async def open(self) -> None:
         await self._db.open()
@@ -542,33 +538,13 @@ class SqlSessionStore:
     # --- the key ring's settings (knowsphere_runtime.secrets.SettingsStore) -----------------------
 
     async def get_setting(self, key: str) -> str | None:
-        query = select(conversation_settings.c.value).where(conversation_settings.c.key == key)
-        async with self._db.engine.connect() as conn:
-            value = (await conn.execute(query)).scalar()
-        return str(value) if value is not None else None
+        return await self._settings.get_setting(key)
 
     async def put_setting(self, key: str, value: str) -> None:
-        statement = self._db.insert(conversation_settings).values(key=key, value=value)
-        statement = statement.on_conflict_do_update(
-            index_elements=[conversation_settings.c.key], set_={"value": statement.excluded.value}
-        )
-        async with self._db.engine.begin() as conn:
-            await conn.execute(statement)
+        await self._settings.put_setting(key, value)
 
     async def add_setting(self, key: str, value: str) -> str:
-        """Stores ``value`` unless ``key`` has one; returns what is stored (replicas starting together
-        agree on the first)."""
-        statement = (
-            self._db.insert(conversation_settings).values(key=key, value=value).on_conflict_do_nothing()
-        )
-        async with self._db.engine.begin() as conn:
-            await conn.execute(statement)
-            stored = (
-                await conn.execute(
-                    select(conversation_settings.c.value).where(conversation_settings.c.key == key)
-                )
-            ).scalar()
-        return str(stored)
+        return await self._settings.add_setting(key, value)
 
 
 __all__ = ["SqlSessionStore"]

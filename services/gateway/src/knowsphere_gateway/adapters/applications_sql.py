@@ -51,7 +51,15 @@ from knowsphere_gateway.domain.applications import (
 from knowsphere_gateway.domain.channel_config import ChannelSecrets
 from knowsphere_runtime.lifecycle import StartupError
 from knowsphere_runtime.secrets import MasterKeyError
-from knowsphere_sqlstore import AnyRow, SqlDatabase, UtcDateTime, record_from_row, row_from
+from knowsphere_sqlstore import (
+    AnyRow,
+    SettingsRows,
+    SqlDatabase,
+    UtcDateTime,
+    record_from_row,
+    row_from,
+    settings_table,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -88,12 +96,7 @@ application_messages = Table(
     Index("ix_application_messages_claim_time", "claim_time"),
 )
 
-gateway_settings = Table(
-    "gateway_settings",
-    metadata,
-    Column("key", String(), primary_key=True),
-    Column("value", Text(), nullable=False),
-)
+gateway_settings = settings_table("gateway_settings", metadata)
 
 
 def _encode_secrets(sealed: Mapping[str, SealedSecret]) -> str:
@@ -164,6 +167,7 @@ def _owned(tenant_id: str, application_id: str) -> ColumnElement[bool]:
 class SqlApplicationStore:
     def __init__(self, url: str) -> None:
         self._db = SqlDatabase(url, metadata, owner="SqlApplicationStore")
+        self._settings = SettingsRows(self._db, gateway_settings)
 
     async def open(self) -> None:
         await self._db.open()
@@ -251,26 +255,13 @@ class SqlApplicationStore:
     # --- the gateway's settings -------------------------------------------------------------------
 
     async def get_setting(self, key: str) -> str | None:
-        async with self._db.engine.connect() as conn:
-            query = select(gateway_settings.c.value).where(gateway_settings.c.key == key)
-            value = (await conn.execute(query)).scalar()
-        return str(value) if value is not None else None
+        return await self._settings.get_setting(key)
 
     async def put_setting(self, key: str, value: str) -> None:
-        statement = self._db.insert(gateway_settings).values(key=key, value=value)
-        statement = statement.on_conflict_do_update(
-            index_elements=[gateway_settings.c.key], set_={"value": statement.excluded.value}
-        )
-        async with self._db.engine.begin() as conn:
-            await conn.execute(statement)
+        await self._settings.put_setting(key, value)
 
     async def add_setting(self, key: str, value: str) -> str:
-        statement = self._db.insert(gateway_settings).values(key=key, value=value).on_conflict_do_nothing()
-        async with self._db.engine.begin() as conn:
-            await conn.execute(statement)
-            query = select(gateway_settings.c.value).where(gateway_settings.c.key == key)
-            stored = (await conn.execute(query)).scalar()
-        return str(stored)
+        return await self._settings.add_setting(key, value)
 
     # --- key rotation -----------------------------------------------------------------------------
 

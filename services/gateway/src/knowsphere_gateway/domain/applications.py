@@ -21,6 +21,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
+from knowsphere_runtime.secrets import SettingsStore
+
 APPLICATION_ID_PREFIX: Final = "app_"
 MIN_APPLICATION_RATE_PER_SECOND: Final = 0.001
 """The lowest ``rate_limit_per_second``: one request per about 17 minutes (a smaller rate's wait could
@@ -87,7 +89,7 @@ class ApplicationNameTaken(Exception):
         self.name = name
 
 
-class ApplicationStore(Protocol):
+class ApplicationStore(SettingsStore, Protocol):
     """Where applications are kept; every read and change is scoped to a tenant."""
 
     async def add(self, record: ApplicationRecord) -> None:
@@ -119,16 +121,6 @@ class ApplicationStore(Protocol):
         """True the first time a channel's message id is claimed, False for every later claim (WeCom
         sends a message again when the answer to its callback is late): one message, one turn, across
         replicas. Claims older than ``keep`` are forgotten."""
-        ...
-
-    # The gateway's own settings (the key ring's installation salt and check value).
-
-    async def get_setting(self, key: str) -> str | None: ...
-
-    async def put_setting(self, key: str, value: str) -> None: ...
-
-    async def add_setting(self, key: str, value: str) -> str:
-        """Stores ``value`` unless the key has one; returns the stored value either way."""
         ...
 
     # Key rotation only: the one read across tenants.

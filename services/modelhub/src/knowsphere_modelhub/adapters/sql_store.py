@@ -44,7 +44,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from knowsphere.modelhub.v1.modelhub_enums import ModelConsumerKind, ModelType
 from knowsphere_modelhub.domain.ports import ModelReferenced, Page, StoredKey, Usage
 from knowsphere_modelhub.domain.records import ModelParams, ModelRecord, in_proto_order
-from knowsphere_sqlstore import AnyRow, SqlDatabase, UtcDateTime, record_from_row, row_from
+from knowsphere_sqlstore import (
+    AnyRow,
+    SettingsRows,
+    SqlDatabase,
+    UtcDateTime,
+    record_from_row,
+    row_from,
+    settings_table,
+)
 
 PAGE_TOKEN_VERSION = 1
 TYPE_SEPARATOR = ","
@@ -93,12 +101,7 @@ model_usages = Table(
     Index("ix_model_usages_model", "model_id"),
 )
 
-settings = Table(
-    "settings",
-    metadata,
-    Column("key", String(), primary_key=True),
-    Column("value", Text, nullable=False),
-)
+settings = settings_table("settings", metadata)
 
 # Columns an update or a built-in upsert may change: all but these.
 _IMMUTABLE = frozenset({"id", "tenant_id", "builtin", "create_time"})
@@ -186,6 +189,7 @@ class SqlModelStore(SqlDatabase):
 
     def __init__(self, url: str) -> None:
         super().__init__(url, metadata, owner="SqlModelStore")
+        self._settings = SettingsRows(self, settings)
 
     # --- models -----------------------------------------------------------------------------------
 
@@ -371,24 +375,13 @@ class SqlModelStore(SqlDatabase):
     # --- settings and key rotation ----------------------------------------------------------------
 
     async def get_setting(self, key: str) -> str | None:
-        async with self.engine.connect() as conn:
-            value = (await conn.execute(select(settings.c.value).where(settings.c.key == key))).scalar()
-        return str(value) if value is not None else None
+        return await self._settings.get_setting(key)
 
     async def put_setting(self, key: str, value: str) -> None:
-        statement = self.insert(settings).values(key=key, value=value)
-        statement = statement.on_conflict_do_update(
-            index_elements=[settings.c.key], set_={"value": statement.excluded.value}
-        )
-        async with self.engine.begin() as conn:
-            await conn.execute(statement)
+        await self._settings.put_setting(key, value)
 
     async def add_setting(self, key: str, value: str) -> str:
-        statement = self.insert(settings).values(key=key, value=value).on_conflict_do_nothing()
-        async with self.engine.begin() as conn:
-            await conn.execute(statement)
-            stored = (await conn.execute(select(settings.c.value).where(settings.c.key == key))).scalar()
-        return str(stored)
+        return await self._settings.add_setting(key, value)
 
     async def list_api_keys(self) -> builtins.list[StoredKey]:
         query = (
