@@ -3,7 +3,9 @@
 
 import { createI18n } from 'vue-i18n'
 
+import admin from './locales/admin'
 import en from './locales/en'
+import evaluation from './locales/evaluation'
 import zh from './locales/zh'
 
 export const LOCALES = ['en', 'zh'] as const
@@ -34,7 +36,10 @@ export const i18n = createI18n({
   legacy: false,
   locale: chosenLocale() ?? browserLocale(),
   fallbackLocale: 'en',
-  messages: { en, zh },
+  messages: {
+    en: { ...en, ...admin.en, ...evaluation.en },
+    zh: { ...zh, ...admin.zh, ...evaluation.zh },
+  },
 })
 
 export function setLocale(locale: Locale): void {

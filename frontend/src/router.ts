@@ -4,12 +4,18 @@ import { createRouter, createWebHistory, type RouterHistory } from 'vue-router'
 
 import { api, session, signOut } from './client'
 import { i18n } from './i18n'
+import { adminRoutes } from './routes/admin'
+import { evaluationRoutes } from './routes/evaluation'
 
 declare module 'vue-router' {
   interface RouteMeta {
     public?: boolean
     /** The message key of the page's title. */
     title?: string
+    /** The message key of the page's entry in the main navigation; pages without one are not listed. */
+    nav?: string
+    /** Where the entry sits in the navigation (ascending). */
+    navOrder?: number
   }
 }
 
@@ -29,13 +35,13 @@ export function createAppRouter(history: RouterHistory = createWebHistory(import
         name: 'chat',
         component: () => import('./views/ChatView.vue'),
         props: true,
-        meta: { title: 'chat.title' },
+        meta: { title: 'chat.title', nav: 'app.nav.chat', navOrder: 10 },
       },
       {
         path: '/knowledge',
         name: 'knowledge',
         component: () => import('./views/KnowledgeListView.vue'),
-        meta: { title: 'kb.title' },
+        meta: { title: 'kb.title', nav: 'app.nav.knowledge', navOrder: 20 },
       },
       {
         path: '/knowledge/:kbId',
@@ -44,6 +50,8 @@ export function createAppRouter(history: RouterHistory = createWebHistory(import
         props: true,
         meta: { title: 'kb.title' },
       },
+      ...evaluationRoutes,
+      ...adminRoutes,
       { path: '/:unknown(.*)*', redirect: { name: 'chat' } },
     ],
   })

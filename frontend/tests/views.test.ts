@@ -14,7 +14,9 @@ import AnswerText from '../src/components/AnswerText.vue'
 import { session } from '../src/client'
 import { i18n, LOCALES, type Locale } from '../src/i18n'
 import { sourceFromJson, type Source } from '../src/lib/citations'
+import admin from '../src/locales/admin'
 import en from '../src/locales/en'
+import evaluation from '../src/locales/evaluation'
 import zh from '../src/locales/zh'
 import { createAppRouter } from '../src/router'
 import { jsonResponse } from './fakeFetch'
@@ -57,6 +59,15 @@ function keys(messages: object, prefix = ''): string[] {
 describe('messages', () => {
   it('have the same keys in every language', () => {
     expect(keys(zh).sort()).toEqual(keys(en).sort())
+    expect(keys(admin.zh).sort()).toEqual(keys(admin.en).sort())
+    expect(keys(evaluation.zh).sort()).toEqual(keys(evaluation.en).sort())
+  })
+
+  it('of every area have names of their own', () => {
+    const base = new Set(Object.keys(en))
+    for (const area of [admin.en, evaluation.en]) {
+      for (const key of Object.keys(area)) expect(base.has(key), `top-level key ${key} is taken`).toBe(false)
+    }
   })
 })
 
@@ -69,7 +80,12 @@ describe('pages', () => {
       expect(missing).toEqual([])
     })
 
-    for (const path of ['/chat', '/chat/s1', '/knowledge', '/knowledge/kb1']) {
+    // Every page of the router, a parameter filled with a made-up id.
+    const paths = createAppRouter(createMemoryHistory('/ui/'))
+      .getRoutes()
+      .filter((route) => !route.meta.public && !route.redirect && !route.path.includes('(.*)'))
+      .map((route) => route.path.replace(/:(\w+)\??/g, (_, name: string) => `${name}-1`))
+    for (const path of ['/chat', '/chat/s1', ...new Set(paths)]) {
       it(`render ${path} (${locale})`, async () => {
         session.credentials = { kind: 'local' }
         const html = await render(path, locale)

@@ -1,0 +1,2 @@
+/** Messages of the agents, orchestrators, applications, skills, models and memory pages. */
+export default { en: {}, zh: {} }

@@ -1,0 +1,2 @@
+/** Messages of the retrieval-testing and evaluation pages. */
+export default { en: {}, zh: {} }
