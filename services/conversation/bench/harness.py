@@ -100,7 +100,8 @@ class Tenant:
             limits=httpx.Limits(max_connections=500, max_keepalive_connections=500),
         )
 
-    def use_model(self, server: ScriptedProvider) -> None:
+    def use_model(self, server: ScriptedProvider, context_window: int = 32768) -> None:
+        """Registers the scripted model (with this context window) as the tenant's default chat model."""
         with self.client() as http:
             created = http.post(
                 "/models",
@@ -111,7 +112,7 @@ class Tenant:
                     "types": ["knowledge_qa"],
                     "base_url": f"{server.url}/v1",
                     "api_key": "sk-bench-scripted-0001",
-                    "parameters": {"context_window": 32768},
+                    "parameters": {"context_window": context_window},
                 },
             )
             created.raise_for_status()

@@ -72,3 +72,19 @@ def test_the_history_is_the_last_finished_turns_verbatim_without_tool_steps() ->
     messages.append(Message(id="now-q", turn_id="now", role="user", content="q4"))
     kept = finished_turns(messages, "now", keep_turns=2)
     assert [m["content"] for m in kept] == ["q2", "a2", "q3", "a3"]
+
+
+def test_the_history_window_holds_at_most_keep_turns_and_moves_a_block_at_a_time() -> None:
+    def window(finished: int, keep: int, slide: int) -> list[str]:
+        messages = [m for n in range(1, finished + 1) for m in turn(f"t{n}", f"q{n}", f"a{n}")]
+        return [m["content"] for m in finished_turns(messages, "now", keep, slide) if m["role"] == "user"]
+
+    assert window(8, keep=8, slide=4) == [f"q{n}" for n in range(1, 9)]
+    # One turn too many: the oldest four go at once, and the window starts at q5 until q13 arrives.
+    assert [window(n, keep=8, slide=4)[0] for n in (9, 10, 11, 12, 13)] == ["q5", "q5", "q5", "q5", "q9"]
+    assert max(len(window(n, keep=8, slide=4)) for n in range(30)) == 8
+    assert min(len(window(n, keep=8, slide=4)) for n in range(8, 30)) == 5
+    # The step is at most half the window; a step of one is the plain sliding window.
+    assert window(3, keep=2, slide=4) == ["q2", "q3"]
+    assert window(12, keep=8, slide=1) == [f"q{n}" for n in range(5, 13)]
+    assert window(5, keep=0, slide=4) == []

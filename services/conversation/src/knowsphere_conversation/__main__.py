@@ -46,6 +46,7 @@ from knowsphere_runtime.streams import STREAM_REPLICAS
 def limits(settings: Settings) -> TurnLimits:
     return TurnLimits(
         keep_turns=settings.stm_keep_turns,
+        slide_turns=settings.stm_slide_turns,
         max_tool_rounds=settings.max_tool_rounds,
         extract_sentences=settings.extract_sentences,
         extract_chars=settings.extract_chars,

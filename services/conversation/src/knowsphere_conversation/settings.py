@@ -55,7 +55,14 @@ class Settings(ServiceSettings):
     )
     max_concurrent_turns: int = Field(default=16, ge=1, le=1024, description="turns one replica runs at once")
     stm_keep_turns: int = Field(
-        default=8, ge=0, le=100, description="finished turns sent verbatim to the model"
+        default=8, ge=0, le=100, description="finished turns sent verbatim to the model, at most"
+    )
+    stm_slide_turns: int = Field(
+        default=1,
+        ge=1,
+        le=50,
+        description="turns the history window moves by once it holds stm_keep_turns (at most half of "
+        "them; 1: every turn), so the provider's prompt cache keeps the history that many turns",
     )
     max_tool_rounds: int = Field(
         default=8, ge=1, le=50, description="tool-calling rounds before a forced answer"

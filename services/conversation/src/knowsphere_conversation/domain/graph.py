@@ -226,6 +226,10 @@ def _handoff_definitions(turn: TurnRuntime) -> list[mpb.ToolDefinition]:
 @dataclass(frozen=True)
 class TurnLimits:
     keep_turns: int = 8
+    """Finished turns sent verbatim to the model, at most."""
+    slide_turns: int = 1
+    """Turns the history window moves by once it is full (at most half of ``keep_turns``): the
+    history's bytes, and the provider's cache of them, then last that many turns."""
     max_tool_rounds: int = 8
     extract_sentences: int = 5
     extract_chars: int = 1200
@@ -407,11 +411,7 @@ async def query_understand(state: TurnState, config: RunnableConfig) -> dict[str
     follows by rule."""
     turn = _runtime(config)
     question = state["question"]
-    history = finished_turns(
-        _after(state.get("messages", []), state.get("summary_upto", "")),
-        state["turn_id"],
-        turn.limits.keep_turns,
-    )
+    history = _history(turn, state)
     no_model = False
     rewritten = question
     description = await _describe_images(turn) if turn.images else ""
@@ -506,7 +506,7 @@ async def _rewrite(
     user = f"Recent questions and answers (gist):\n{working}\n\n" if working else ""
     user += f"Last exchange:\n{recent}\n\n"
     if background:
-        user += f"About the asker:\n{background}\n\n"
+        user += f"{background}\n\n"  # memory's block, with its own header
     user += f"Latest question: {question}"
     request = mpb.ChatStreamRequest(
         model_id=turn.agent.model_id,
@@ -560,6 +560,16 @@ async def decide_intent(
     return intent, method, response.probability
 
 
+def _history(turn: TurnRuntime, state: TurnState) -> list[Message]:
+    """The finished turns the model sees: after the handoff summary, within the history window."""
+    return finished_turns(
+        _after(state.get("messages", []), state.get("summary_upto", "")),
+        state["turn_id"],
+        turn.limits.keep_turns,
+        turn.limits.slide_turns,
+    )
+
+
 def _switches(turn: TurnRuntime) -> tpb.TurnSwitches:
     return tpb.TurnSwitches(
         knowledge_base_ids=list(turn.knowledge_base_ids),
@@ -587,9 +597,7 @@ def _prompt(turn: TurnRuntime, state: TurnState) -> list[mpb.ChatMessage]:
             language=turn.language,
         ),
         handoff=state.get("handoff", ""),
-        history=finished_turns(
-            _after(messages, state.get("summary_upto", "")), state["turn_id"], turn.limits.keep_turns
-        ),
+        history=_history(turn, state),
         context=context,
         turn=this_turn,
     )

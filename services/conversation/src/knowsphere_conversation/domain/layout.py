@@ -4,13 +4,15 @@
 2. task — knowledge bases / web / graph switches and answer language, in the same system message
    after (1); the tool schemas, trimmed by the same switches, travel beside it;
 3. handoff summary — the compacted earlier turns, above the history; empty until a compaction;
-4. history — the last ``keep_turns`` finished turns, verbatim (user question and final answer);
+4. history — at most the last ``keep_turns`` finished turns, verbatim (user question and final answer);
+   the window moves forward in steps of ``slide_turns`` (see :func:`finished_turns`);
 5. this turn's context — rewrite, image description, named skills, asker background; unchanged
    within the tool loop, never checkpointed;
 6. this turn — the question, then this turn's tool calls and results.
 
 Only (5) and (6) change inside a turn, so each request of a tool loop is a byte prefix of the next,
-and a new turn shares (1)–(4) of the previous one.
+and a new turn repeats the previous request up to that turn's question: (1)–(4), unless the history
+window moved or a compaction replaced the older turns.
 """
 
 from __future__ import annotations
@@ -47,8 +49,19 @@ class Message(TypedDict):
     """A turn's answer: the sources its text cites (Citation fields), kept for the session's history."""
 
 
-def finished_turns(messages: Sequence[Message], current_turn: str, keep_turns: int) -> list[Message]:
-    """The question and final answer of the last ``keep_turns`` finished turns, oldest first."""
+def finished_turns(
+    messages: Sequence[Message], current_turn: str, keep_turns: int, slide_turns: int = 1
+) -> list[Message]:
+    """The question and final answer of the last finished turns, oldest first: all of them while there
+    are at most ``keep_turns``, never more.
+
+    Past ``keep_turns`` the window moves ``slide_turns`` turns at a time (at most half of
+    ``keep_turns``) instead of one: it then starts at a multiple of the step, so it holds between
+    ``keep_turns - step + 1`` and ``keep_turns`` turns and its first turn stays put for ``step`` turns
+    running. Each move changes the request from the start of the history on — the provider's prompt
+    cache then reuses only the segments above it — so moving by one drops the cached history on every
+    turn of a long session, moving by ``step`` once every ``step`` turns.
+    """
     turns: dict[str, list[Message]] = {}
     for message in messages:
         if message["turn_id"] == current_turn:
@@ -56,8 +69,12 @@ def finished_turns(messages: Sequence[Message], current_turn: str, keep_turns: i
         if message["role"] == "user" or (message["role"] == "assistant" and message.get("final")):
             turns.setdefault(message["turn_id"], []).append(message)
     finished = [pair for pair in turns.values() if any(m["role"] == "assistant" for m in pair)]
-    kept = finished[-keep_turns:] if keep_turns > 0 else []
-    return [message for pair in kept for message in pair]
+    if keep_turns <= 0:
+        return []
+    step = max(1, min(slide_turns, keep_turns // 2))
+    excess = len(finished) - keep_turns
+    start = -(-excess // step) * step if excess > 0 else 0
+    return [message for pair in finished[start:] for message in pair]
 
 
 def _text(role: ChatRole, text: str, *, breakpoint: bool = False) -> mpb.ChatMessage:

@@ -63,7 +63,10 @@ def turn_context(
     *, rewritten: str, image_description: str, skills: Sequence[str], background: str, passages: str = ""
 ) -> str:
     """The block right before the question: what query understanding found, who is asking and, on the
-    retrieve route, the passages found (or the experts' answers of a collaboration), with their header."""
+    retrieve route, the passages found (or the experts' answers of a collaboration), with their header.
+
+    ``background`` is memory's block as it is to be placed (it has its own header, in the asker's
+    language), so it goes in unchanged."""
     parts = []
     if rewritten:
         parts.append(f"Search query for this question: {rewritten}")
@@ -72,7 +75,7 @@ def turn_context(
     if skills:
         parts.append("Skills named for this question: " + ", ".join(skills))
     if background:
-        parts.append(f"About the asker (use it to resolve references, not as the question):\n{background}")
+        parts.append(background)
     if passages:
         parts.append(passages)
     return "\n\n".join(parts)
