@@ -25,9 +25,12 @@ from knowsphere_clients import (
 )
 from knowsphere_contracts.events import ChatTurnEvent
 from knowsphere_gateway.adapters.applications_sql import SqlApplicationStore
+from knowsphere_gateway.adapters.evaluations_sql import SqlEvaluationStore
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore
 from knowsphere_gateway.api.bus import build_bus
+from knowsphere_gateway.api.evaluation_runs import EvaluationRuns
 from knowsphere_gateway.api.http import GatewayContext, create_app
+from knowsphere_gateway.domain.evaluations import DEFAULT_EVALUATION_OPTIONS
 from knowsphere_gateway.domain.tokens import TokenHasher, TokenService
 from knowsphere_runtime.bus import Fanout
 from knowsphere_runtime.identity import Identity
@@ -79,10 +82,14 @@ async def applications(tmp_path: Path) -> AsyncIterator[SqlApplicationStore]:
 
 
 @pytest.fixture
-async def gateway(serve: Serve, tokens: TokenService, applications: SqlApplicationStore) -> GatewayApp:
+async def gateway(
+    serve: Serve, tokens: TokenService, applications: SqlApplicationStore, tmp_path: Path
+) -> AsyncIterator[GatewayApp]:
     """``await gateway(ingestion=…, retrieval=…, modelhub=…, **context)``: the gateway's app over fake
     peers (servicer objects); ``context`` overrides fields of its ``GatewayContext``. By default in local
-    mode as ``DEFAULT_IDENTITY``, with the ``tokens`` and ``applications`` fixtures' stores."""
+    mode as ``DEFAULT_IDENTITY``, with the ``tokens`` and ``applications`` fixtures' stores, and evaluation
+    runs (started, stopped after the test) on the same database calling the ``retrieval`` peer."""
+    stack = contextlib.AsyncExitStack()
 
     async def build(
         ingestion: object | None = None,
@@ -103,7 +110,10 @@ async def gateway(serve: Serve, tokens: TokenService, applications: SqlApplicati
             "applications": applications,
             "local_identity": DEFAULT_IDENTITY,
             "ingestion": IngestionClient(await serve("ingestion", ingestion or Nothing())),
-            "retrieval": RetrievalClient(await serve("retrieval", retrieval or Nothing())),
+            # A fake peer, or a client of retrieval's own servicers.
+            "retrieval": retrieval
+            if isinstance(retrieval, RetrievalClient)
+            else RetrievalClient(await serve("retrieval", retrieval or Nothing())),
             "modelhub": ModelHubClient(await serve("modelhub", modelhub or Nothing())),
             "conversation": ConversationClient(await serve("conversation", conversation or Nothing())),
             "memory": MemoryClient(await serve("memory", memory or Nothing())),
@@ -113,9 +123,19 @@ async def gateway(serve: Serve, tokens: TokenService, applications: SqlApplicati
             else ToolRunnerClient(await serve("toolrunner", toolrunner or Nothing())),
         }
         fields.update(context)
+        if "evaluations" not in fields:
+            runs = EvaluationRuns(
+                SqlEvaluationStore(f"sqlite+aiosqlite:///{tmp_path}/tokens.db"),
+                fields["retrieval"],
+                DEFAULT_EVALUATION_OPTIONS,
+            )
+            await runs.start()
+            stack.push_async_callback(runs.stop)
+            fields["evaluations"] = runs
         return create_app(GatewayContext(**fields))
 
-    return build
+    async with stack:
+        yield build
 
 
 async def _connected() -> bool:

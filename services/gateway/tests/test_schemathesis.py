@@ -52,8 +52,15 @@ UNLIMITED = Limits(caller_rate_limit_per_second=1e6, caller_rate_limit_burst=1_0
 # An application on a WeCom platform needs MASTER_KEY, which this gateway lacks: a documented 503 naming
 # platform_config; and a platform_config must fit its platform (which keys each WeCom platform takes),
 # which the schema cannot say: a 400 naming the key. A token's application_id names an application
-# only the gateway knows: a 400 naming it otherwise.
+# only the gateway knows: a 400 naming it otherwise. An evaluation run's questions must have unique ids,
+# text that is not blank and at least one relevant judgement, which the schema cannot say (a 400 naming
+# the field), a tenant runs at most two at once (429), and a page token must come from a previous page
+# (a 400 naming page_token).
 CONFIG = """
+[[operations]]
+include-path-regex = "/evaluations$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 400, 401, 403, 404, 409, 413, 429, "5xx"]
+
 [[operations]]
 include-path = "/v1/chat/completions"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 400, 401, 403, 404, 409, 429, "5xx"]

@@ -3,10 +3,10 @@ token, and with the owner's.
 
 What a caller notices: without a token everything but ``/healthz`` is a 401 and reaches no service;
 another tenant's token gets 404 — never 403, so nothing tells it a resource exists — for a knowledge
-base, document, progress stream, search, session, turn, model, memory item, agent, orchestrator,
-application (and its A2A agent), skill or token of the owner's, and its own (empty) views elsewhere;
-the owner's orchestrator in a new application's body is a 400 naming ``orchestrator_id``, as one that
-never was; the owner gets the same routes answered.
+base, document, progress stream, search, evaluation run, session, turn, model, memory item, agent,
+orchestrator, application (and its A2A agent), skill or token of the owner's, and its own (empty) views
+elsewhere; the owner's orchestrator in a new application's body is a 400 naming ``orchestrator_id``, as
+one that never was; the owner gets the same routes answered.
 
 The peers are tenant-scoped fakes on real gRPC servers (any request naming a resource id answers
 NOT_FOUND unless it comes from the owner's tenant), so this proves that the gateway carries the token's
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,13 +29,16 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
+from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere.toolrunner.v1 import toolrunner_pb2 as tpb
 from knowsphere_clients import ToolRunnerClient
 from knowsphere_contracts.events import ChatTurnEvent, TurnEventKind
 from knowsphere_contracts.services import CONTRACTS
 from knowsphere_gateway.adapters.applications_sql import SqlApplicationStore
+from knowsphere_gateway.adapters.evaluations_sql import SqlEvaluationStore
 from knowsphere_gateway.api.wecom import SIGNATURE_AUTHENTICATED_PATHS
 from knowsphere_gateway.domain.applications import ApplicationRecord, Platform
+from knowsphere_gateway.domain.evaluations import EvaluationQuery, EvaluationRun, EvaluationStatus
 from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.identity_token import token_headers
@@ -69,6 +73,7 @@ PATH_IDS = {
     "application_id": "application-a",
     "type": "knowledge_qa",
     "skill_name": "skill-a",
+    "evaluation_id": "evaluation-a",
 }
 NOT_A_RESOURCE = frozenset({"type"})  # path parameters that name no resource of a tenant's
 MD = ("notes.md", b"# Notes\n", "text/markdown")
@@ -76,6 +81,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/knowledge-bases"): {"json": {"name": "kb"}},
     ("PATCH", "/api/v1/knowledge-bases/{kb_id}"): {"json": {"description": "d"}},
     ("POST", "/api/v1/knowledge-bases/{kb_id}/search"): {"json": {"query": "leave"}},
+    ("POST", "/api/v1/knowledge-bases/{kb_id}/evaluations"): {
+        "json": {"queries": [{"id": "q1", "text": "leave", "relevant": {"handbook": 1}}]}
+    },
     ("POST", "/api/v1/knowledge-bases/{kb_id}/documents"): {"files": {"file": MD}},
     ("POST", "/api/v1/knowledge-bases/{kb_id}/documents/batch"): {"files": [("file", MD)]},
     ("POST", "/api/v1/models"): {
@@ -265,6 +273,7 @@ async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_
     tokens: TokenService,
     applications: SqlApplicationStore,
     tenants: list[str],
+    tmp_path: Path,
 ) -> None:
     peers = {
         name: TenantScoped(name, tenants)
@@ -291,6 +300,27 @@ async def test_every_route_refuses_no_token_and_hides_the_owners_resources_from_
             update_time=now,
         )
     )
+    # The owner's finished evaluation run, in the gateway's database.
+    evaluations = SqlEvaluationStore(f"sqlite+aiosqlite:///{tmp_path}/tokens.db")
+    await evaluations.open()
+    await evaluations.add(
+        EvaluationRun(
+            id=PATH_IDS["evaluation_id"],
+            tenant_id=OWNER.tenant_id,
+            knowledge_base_id=PATH_IDS["kb_id"],
+            name="baseline",
+            status=EvaluationStatus.COMPLETED,
+            modes=(SearchMode.HYBRID,),
+            created_by=OWNER.user_id,
+            created_at=now,
+            heartbeat_at=now,
+            total=1,
+            done=1,
+            finished_at=now,
+        ),
+        [EvaluationQuery(0, "q1", "leave", {"handbook": 1})],
+    )
+    await evaluations.close()
     owner = (await tokens.issue(OWNER, Role.ADMIN, name="owner", ttl=timedelta(days=1))).token
     stranger = (await tokens.issue(STRANGER, Role.ADMIN, name="stranger", ttl=timedelta(days=1))).token
     owners_other_token = (await tokens.issue(OWNER, Role.MEMBER, name="ci", ttl=timedelta(days=1))).record.id

@@ -1,4 +1,4 @@
-"""nDCG@k and Recall@k against values worked out by hand (BEIR's definitions)."""
+"""nDCG@k, Recall@k and MRR@k against values worked out by hand (BEIR's definitions)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from knowsphere_retrieval.domain.metrics import mean_ndcg_at_k, mean_recall_at_k, ndcg_at_k, recall_at_k
+from knowsphere_retrieval.domain.metrics import (
+    mean_ndcg_at_k,
+    mean_recall_at_k,
+    ndcg_at_k,
+    recall_at_k,
+    reciprocal_rank_at_k,
+)
 
 # Judged: a is highly relevant (2), c and e relevant (1); the system ranked b, a, c, d.
 QRELS = {"a": 2, "c": 1, "e": 1, "x": 0}
@@ -35,6 +41,16 @@ def test_recall_counts_relevant_ids_in_the_top_k() -> None:
     assert recall_at_k(RANKING, QRELS, 100) == pytest.approx(2 / 3)
     assert recall_at_k(RANKING, QRELS, 2) == pytest.approx(1 / 3)
     assert recall_at_k(RANKING, QRELS, 1) == 0.0
+
+
+def test_reciprocal_rank_is_one_over_the_rank_of_the_first_relevant_id() -> None:
+    assert reciprocal_rank_at_k(RANKING, QRELS, 10) == pytest.approx(1 / 2)  # a, at rank 2
+    assert reciprocal_rank_at_k(["x", "b", "d", "c"], QRELS, 10) == pytest.approx(1 / 4)  # x is judged 0
+    assert reciprocal_rank_at_k(["b", "b", "a"], QRELS, 10) == pytest.approx(1 / 2)  # repeats count once
+    assert reciprocal_rank_at_k(RANKING, QRELS, 1) == 0.0  # outside the cut
+    assert reciprocal_rank_at_k([], QRELS, 10) == 0.0
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        reciprocal_rank_at_k(RANKING, QRELS, 0)
 
 
 def test_means_count_a_query_without_results_as_zero() -> None:

@@ -1,5 +1,5 @@
-"""The retrieval client: index configuration and writes (ingestion's side) and every read (search, grep,
-list, document info, graph queries, stats)."""
+"""The retrieval client: index configuration and writes (ingestion's side), every read (search, grep,
+list, document info, graph queries, stats) and retrieval evaluation."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from knowsphere_clients.base import ServiceClient
 # Writes of many chunks or a whole knowledge base take longer than a default deadline.
 WRITE_TIMEOUT_SECONDS = 120.0
 PURGE_TIMEOUT_SECONDS = 300.0
+# One evaluation call runs up to 50 queries in each of several modes.
+EVALUATE_TIMEOUT_SECONDS = 300.0
 
 
 class RetrievalClient(ServiceClient):
@@ -154,5 +156,23 @@ class RetrievalClient(ServiceClient):
     async def get_index_stats(self, knowledge_base_ids: Sequence[str] = ()) -> rpb.GetIndexStatsResponse:
         response: rpb.GetIndexStatsResponse = await self._call(
             "GetIndexStats", rpb.GetIndexStatsRequest(knowledge_base_ids=list(knowledge_base_ids))
+        )
+        return response
+
+    # --- evaluation -------------------------------------------------------------------------------
+
+    async def evaluate_queries(
+        self,
+        knowledge_base_id: str,
+        modes: Sequence[rpb.SearchMode],
+        queries: Sequence[rpb.EvaluationQuery],
+    ) -> rpb.EvaluateQueriesResponse:
+        """Each labelled query searched in each mode and scored (nDCG@10, Recall@5/10/20, MRR@10)."""
+        response: rpb.EvaluateQueriesResponse = await self._call(
+            "EvaluateQueries",
+            rpb.EvaluateQueriesRequest(
+                knowledge_base_id=knowledge_base_id, modes=list(modes), queries=list(queries)
+            ),
+            timeout=EVALUATE_TIMEOUT_SECONDS,
         )
         return response

@@ -21,6 +21,10 @@ ERROR_CODE: Final = "ks.error.code"
 RESULT_COUNT: Final = "ks.result.count"
 PARENT_COUNT: Final = "ks.parent.count"
 
+# --- retrieval evaluations -------------------------------------------------------------------------
+EVALUATION_QUERIES: Final = "ks.evaluation.queries"
+EVALUATION_MODES: Final = "ks.evaluation.modes"
+
 # --- uploads and files -----------------------------------------------------------------------------
 UPLOAD_FILES: Final = "ks.upload.files"
 UPLOAD_REFUSED: Final = "ks.upload.refused"

@@ -17,10 +17,12 @@ from knowsphere_contracts.events import CHAT_EVENTS_STREAM, ChatTurnEvent
 from knowsphere_egress import EgressClient
 from knowsphere_gateway import SERVICE_NAME
 from knowsphere_gateway.adapters.applications_sql import ApplicationStoreComponent, SqlApplicationStore
+from knowsphere_gateway.adapters.evaluations_sql import SqlEvaluationStore
 from knowsphere_gateway.adapters.http_server import HttpServerComponent
 from knowsphere_gateway.adapters.tokens_sql import SqlTokenStore, TokenStoreComponent
 from knowsphere_gateway.adapters.wecom_api import WeComApi
 from knowsphere_gateway.api.bus import build_bus
+from knowsphere_gateway.api.evaluation_runs import EvaluationRuns
 from knowsphere_gateway.api.http import GatewayContext, create_app
 from knowsphere_gateway.domain.channel_config import ChannelSecrets
 from knowsphere_gateway.domain.tokens import LastUsedFlusher, TokenHasher, TokenService
@@ -64,6 +66,10 @@ def main() -> None:
         channel_secrets = ChannelSecrets(settings.key_ring())
         wecom_api = WeComApi(EgressClient(settings.egress), settings.wecom_api_base)
         proxy_secret = settings.proxy_secret.get_secret_value() if settings.proxy_secret else None
+        retrieval = RetrievalClient(channels["retrieval"])
+        evaluations = EvaluationRuns(
+            SqlEvaluationStore(settings.sqlalchemy_url()), retrieval, settings.evaluations()
+        )
         app = create_app(
             GatewayContext(
                 bus=bus,
@@ -74,6 +80,7 @@ def main() -> None:
                 web_dist=settings.web_dist,
                 tokens=tokens,
                 applications=application_store,
+                evaluations=evaluations,
                 local_identity=(
                     Identity(settings.local_tenant_id, settings.local_user_id)
                     if settings.local_mode
@@ -89,7 +96,7 @@ def main() -> None:
                 wecom_api=wecom_api,
                 wecom=settings.wecom(),
                 modelhub=ModelHubClient(channels["modelhub"]),
-                retrieval=RetrievalClient(channels["retrieval"]),
+                retrieval=retrieval,
                 ingestion=IngestionClient(channels["ingestion"]),
                 conversation=ConversationClient(channels["conversation"]),
                 memory=MemoryClient(channels["memory"]),
@@ -110,6 +117,8 @@ def main() -> None:
             ApplicationStoreComponent(application_store, channel_secrets),
             LastUsedFlusher(tokens, settings.token_last_used_flush_seconds),
             ChannelsComponent([*channels.values(), own]),
+            # After the channels: stopping cancels the runs while retrieval can still be reached.
+            evaluations,
             BrokerComponent(broker),
             server,
             HttpServerComponent(app, settings.http_host, settings.http_port),

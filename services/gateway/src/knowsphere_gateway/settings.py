@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from knowsphere_egress import EgressPolicy
 from knowsphere_gateway.adapters.wecom_api import DEFAULT_API_BASE
+from knowsphere_gateway.domain.evaluations import DEFAULT_EVALUATION_OPTIONS, EvaluationOptions
 from knowsphere_gateway.domain.limits import DEFAULT_LIMITS, Limits
 from knowsphere_gateway.domain.tokens import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
 from knowsphere_gateway.domain.wecom_options import DEFAULT_WECOM_OPTIONS, WeComOptions
@@ -30,6 +31,7 @@ CHECKOUT_WEB_DIST = Path(__file__).resolve().parents[4] / "frontend" / "dist"
 ``KS_GATEWAY_WEB_DIST``)."""
 
 _WECOM = DEFAULT_WECOM_OPTIONS
+_EVALUATION = DEFAULT_EVALUATION_OPTIONS
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """The Host names a local-mode gateway answers by default (DNS rebinding: any other name is refused)."""
@@ -208,6 +210,27 @@ class Settings(ServiceSettings, TokenStoreSettings):
         description="requests of one caller in flight at once (an open event stream counts)",
     )
 
+    # --- retrieval evaluation runs (api/evaluation_runs.py) ---
+    evaluation_max_running_per_tenant: int = Field(
+        default=_EVALUATION.max_running_per_tenant, ge=1, description="evaluation runs of a tenant at once"
+    )
+    evaluation_batch_size: int = Field(
+        default=_EVALUATION.batch_size,
+        ge=1,
+        description="questions per call to retrieval (at most its KS_RETRIEVAL_EVALUATION_MAX_QUERIES)",
+    )
+    evaluation_heartbeat_seconds: float = Field(
+        default=_EVALUATION.heartbeat_seconds,
+        gt=0,
+        description="how often a gateway marks the evaluation runs it is running as alive",
+    )
+    evaluation_stale_seconds: float = Field(
+        default=_EVALUATION.stale_seconds,
+        gt=0,
+        description="a running evaluation whose heartbeat is older is failed as interrupted (its gateway "
+        "died); longer than the heartbeat interval",
+    )
+
     # --- tenants' secrets and the WeCom channels (api/wecom.py) ---
     master_key: SecretStr | None = master_key_field(
         "KS_GATEWAY_", "the WeCom channels' secrets", required=False
@@ -277,6 +300,15 @@ class Settings(ServiceSettings, TokenStoreSettings):
             sources_heading=self.wecom_sources_heading,
         )
 
+    def evaluations(self) -> EvaluationOptions:
+        """The numbers of the evaluation runs."""
+        return EvaluationOptions(
+            max_running_per_tenant=self.evaluation_max_running_per_tenant,
+            batch_size=self.evaluation_batch_size,
+            heartbeat_seconds=self.evaluation_heartbeat_seconds,
+            stale_seconds=self.evaluation_stale_seconds,
+        )
+
     def limits(self) -> Limits:
         """The body and per-caller limits of the HTTP API."""
         return Limits(
@@ -300,6 +332,17 @@ class Settings(ServiceSettings, TokenStoreSettings):
                 f"KS_GATEWAY_HTTP_HOST={host!r} is not a loopback address"
             )
         return local_mode
+
+    @field_validator("evaluation_stale_seconds")
+    @classmethod
+    def _stale_after_a_missed_heartbeat(cls, stale: float, info: ValidationInfo) -> float:
+        heartbeat = info.data.get("evaluation_heartbeat_seconds", _EVALUATION.heartbeat_seconds)
+        if stale <= heartbeat:
+            raise ValueError(
+                f"must be longer than KS_GATEWAY_EVALUATION_HEARTBEAT_SECONDS ({heartbeat:g}), or a live "
+                "run would be taken for an interrupted one"
+            )
+        return stale
 
     def host_allow_list(self) -> frozenset[str] | None:
         """The Host names to answer, lower-case; None: any."""

@@ -50,6 +50,16 @@ class Settings(ServiceSettings):
     max_knowledge_bases_per_search: int = Field(default=20, ge=1)
     max_top_k: int = Field(default=100, ge=1)
 
+    # EvaluateQueries (retrieval evaluation).
+    evaluation_max_queries: int = Field(default=50, ge=1, description="queries per EvaluateQueries call")
+    evaluation_max_labels: int = Field(default=100, ge=1, description="relevance judgements per query")
+    evaluation_max_query_chars: int = Field(
+        default=4000, ge=1, description="longest question text (the gateway's search page takes as long)"
+    )
+    evaluation_concurrency: int = Field(
+        default=4, ge=1, description="searches one EvaluateQueries call runs at once"
+    )
+
     # doc_retrieval defaults (per-request options override them).
     top_k: int = Field(default=8, ge=1)
     candidate_count: int = Field(default=100, ge=1, description="hits each leg recalls before fusion")

@@ -1,9 +1,9 @@
 """Which role each route of the public API needs: one table, read by the authorization dependency.
 
 Admins manage knowledge bases, models, agents, orchestrators, applications and tokens; members chat,
-upload and keep their own sessions; read-only callers read and search. A route missing from the table
-needs ``admin`` (closed by default), and a test fails until it is listed. The role is checked before the
-route looks anything up, so a 403 says nothing about whether a resource exists.
+upload, keep their own sessions and run retrieval evaluations; read-only callers read and search. A route
+missing from the table needs ``admin`` (closed by default), and a test fails until it is listed. The role
+is checked before the route looks anything up, so a 403 says nothing about whether a resource exists.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/api/v1/documents/{document_id}/progress"): READ_ONLY,
     ("GET", "/api/v1/knowledge-bases/{kb_id}/progress"): READ_ONLY,
     ("POST", "/api/v1/knowledge-bases/{kb_id}/search"): READ_ONLY,
+    # retrieval evaluation runs (members start and delete them; every role may read them)
+    ("POST", "/api/v1/knowledge-bases/{kb_id}/evaluations"): MEMBER,
+    ("GET", "/api/v1/knowledge-bases/{kb_id}/evaluations"): READ_ONLY,
+    ("GET", "/api/v1/evaluations/{evaluation_id}"): READ_ONLY,
+    ("DELETE", "/api/v1/evaluations/{evaluation_id}"): MEMBER,
     # models
     ("GET", "/api/v1/providers"): READ_ONLY,
     ("GET", "/api/v1/models"): READ_ONLY,

@@ -14,6 +14,7 @@ from typing import Final
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
 from knowsphere.retrieval.v1.retrieval_enums import QueryExpansionMethod, SearchMode
 from knowsphere_contracts.convert import message_from, record_from
+from knowsphere_retrieval.domain.evaluation import SEARCH_DEPTH, QueryScores
 from knowsphere_retrieval.domain.ports import (
     DocumentInfo,
     DocumentMetadata,
@@ -78,6 +79,15 @@ def search_settings(request: pb.SearchRequest, defaults: Settings) -> SearchSett
     if request.top_k:
         values["top_k"] = request.top_k
     return SearchSettings(**values, rerank_model_id=options.rerank_model_id)
+
+
+def evaluation_search_settings(mode: SearchMode, defaults: Settings) -> SearchSettings:
+    """The search an evaluated query runs in ``mode``: what Search runs for a request of
+    ``SEARCH_DEPTH`` results in that mode without parent passages (nothing else overridden)."""
+    request = pb.SearchRequest(
+        top_k=SEARCH_DEPTH, options=pb.SearchOptions(mode=mode.to_proto(), include_parent=False)
+    )
+    return search_settings(request, defaults)
 
 
 # --- what retrieval answers -----------------------------------------------------------------------
@@ -157,4 +167,10 @@ def document_info_message(info: DocumentInfo) -> pb.DocumentInfo:
             file_name=info.file_name,
         ),
         index=message_from(pb.DocumentIndexState, info),
+    )
+
+
+def mode_evaluation(mode: SearchMode, scores: QueryScores, ranking: Sequence[str]) -> pb.ModeEvaluation:
+    return pb.ModeEvaluation(
+        mode=mode.to_proto(), metrics=message_from(pb.RankingMetrics, scores), ranking=ranking
     )

@@ -1,8 +1,10 @@
-"""The gRPC face of retrieval, bound from its parts: indexing, reading, and knowledge-graph queries."""
+"""The gRPC face of retrieval, bound from its parts: indexing, reading, evaluation, and knowledge-graph
+queries."""
 
 from __future__ import annotations
 
 from knowsphere_contracts.services import CONTRACTS
+from knowsphere_retrieval.api.evaluation import EvaluationServicer
 from knowsphere_retrieval.api.graph import GraphServicer
 from knowsphere_retrieval.api.indexing import IndexingServicer
 from knowsphere_retrieval.api.reading import ReadingServicer
@@ -22,6 +24,7 @@ def build_binding(
         [
             IndexingServicer(settings=settings, stores=stores),
             ReadingServicer(settings=settings, stores=stores, searcher=searcher, models=models),
+            EvaluationServicer(settings=settings, stores=stores, searcher=searcher, models=models),
             GraphServicer(settings=settings, stores=stores),
         ],
         pending="",

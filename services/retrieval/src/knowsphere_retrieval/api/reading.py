@@ -30,6 +30,22 @@ from knowsphere_runtime.identity import require_identity
 from knowsphere_runtime.rpc.errors import answer, invalid
 
 
+async def search_indexes(
+    configs: Sequence[KnowledgeBaseConfig], models: QueryModels
+) -> list[KnowledgeBaseIndex]:
+    """What a search needs to know of each configured knowledge base (its model and the languages the
+    model reads)."""
+    return [
+        KnowledgeBaseIndex(
+            c.knowledge_base_id,
+            c.embedding_model_id,
+            c.embedding_dimension,
+            await models.model_languages(c.embedding_model_id),
+        )
+        for c in configs
+    ]
+
+
 class ReadingServicer:
     def __init__(
         self, *, settings: Settings, stores: Stores, searcher: Searcher, models: QueryModels
@@ -60,15 +76,7 @@ class ReadingServicer:
             configs = await self._configs(tenant, list(request.knowledge_base_ids))
             known = {c.knowledge_base_id for c in configs}
             unknown = [kb for kb in request.knowledge_base_ids if kb not in known]
-            indexes = [
-                KnowledgeBaseIndex(
-                    c.knowledge_base_id,
-                    c.embedding_model_id,
-                    c.embedding_dimension,
-                    await self._models.model_languages(c.embedding_model_id),
-                )
-                for c in configs
-            ]
+            indexes = await search_indexes(configs, self._models)
             if not indexes:
                 return pb.SearchResponse(stats=pb.SearchStats(unknown_knowledge_base_ids=unknown))
             outcome = await self._searcher.search(

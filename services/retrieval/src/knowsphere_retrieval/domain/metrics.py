@@ -4,6 +4,8 @@
   log2(rank + 1) with ranks starting at 1, divided by the DCG of the ideal ordering of *all* judged
   relevant documents; a query without relevant documents scores 0.
 - Recall@k: relevant documents (grade > 0) in the top k over all relevant documents.
+- MRR@k (per query, the reciprocal rank): 1 / the rank of the first relevant document in the top k;
+  0 when none is there.
 
 Averages run over every query that has judgements, so a query that returned nothing counts as 0.
 """
@@ -36,6 +38,16 @@ def recall_at_k(ranking: Sequence[str], relevance: Mapping[str, int], k: int) ->
     if not relevant:
         return 0.0
     return len(relevant.intersection(_dedupe(ranking)[:k])) / len(relevant)
+
+
+def reciprocal_rank_at_k(ranking: Sequence[str], relevance: Mapping[str, int], k: int) -> float:
+    """1 / the rank of the first relevant id (grade > 0) among the first ``k`` of ``ranking``; 0 if none."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    for rank, doc_id in enumerate(_dedupe(ranking)[:k], start=1):
+        if relevance.get(doc_id, 0) > 0:
+            return 1.0 / rank
+    return 0.0
 
 
 def mean_ndcg_at_k(

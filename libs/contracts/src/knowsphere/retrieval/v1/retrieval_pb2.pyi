@@ -456,6 +456,71 @@ class SearchResponse(_message.Message):
     stats: SearchStats
     def __init__(self, results: _Optional[_Iterable[_Union[SearchResult, _Mapping]]] = ..., stats: _Optional[_Union[SearchStats, _Mapping]] = ...) -> None: ...
 
+class EvaluationQuery(_message.Message):
+    __slots__ = ("id", "text", "relevance")
+    class RelevanceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    RELEVANCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    relevance: _containers.ScalarMap[str, int]
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., relevance: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class EvaluateQueriesRequest(_message.Message):
+    __slots__ = ("knowledge_base_id", "modes", "queries")
+    KNOWLEDGE_BASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODES_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    knowledge_base_id: str
+    modes: _containers.RepeatedScalarFieldContainer[SearchMode]
+    queries: _containers.RepeatedCompositeFieldContainer[EvaluationQuery]
+    def __init__(self, knowledge_base_id: _Optional[str] = ..., modes: _Optional[_Iterable[_Union[SearchMode, str]]] = ..., queries: _Optional[_Iterable[_Union[EvaluationQuery, _Mapping]]] = ...) -> None: ...
+
+class RankingMetrics(_message.Message):
+    __slots__ = ("ndcg_at_10", "recall_at_5", "recall_at_10", "recall_at_20", "mrr_at_10")
+    NDCG_AT_10_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_5_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_10_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_20_FIELD_NUMBER: _ClassVar[int]
+    MRR_AT_10_FIELD_NUMBER: _ClassVar[int]
+    ndcg_at_10: float
+    recall_at_5: float
+    recall_at_10: float
+    recall_at_20: float
+    mrr_at_10: float
+    def __init__(self, ndcg_at_10: _Optional[float] = ..., recall_at_5: _Optional[float] = ..., recall_at_10: _Optional[float] = ..., recall_at_20: _Optional[float] = ..., mrr_at_10: _Optional[float] = ...) -> None: ...
+
+class ModeEvaluation(_message.Message):
+    __slots__ = ("mode", "metrics", "ranking")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
+    mode: SearchMode
+    metrics: RankingMetrics
+    ranking: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[SearchMode, str]] = ..., metrics: _Optional[_Union[RankingMetrics, _Mapping]] = ..., ranking: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class QueryEvaluation(_message.Message):
+    __slots__ = ("query_id", "modes")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    MODES_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    modes: _containers.RepeatedCompositeFieldContainer[ModeEvaluation]
+    def __init__(self, query_id: _Optional[str] = ..., modes: _Optional[_Iterable[_Union[ModeEvaluation, _Mapping]]] = ...) -> None: ...
+
+class EvaluateQueriesResponse(_message.Message):
+    __slots__ = ("queries",)
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    queries: _containers.RepeatedCompositeFieldContainer[QueryEvaluation]
+    def __init__(self, queries: _Optional[_Iterable[_Union[QueryEvaluation, _Mapping]]] = ...) -> None: ...
+
 class GrepChunksRequest(_message.Message):
     __slots__ = ("pattern", "ignore_case", "knowledge_base_ids", "document_ids", "context_chars", "max_matches")
     PATTERN_FIELD_NUMBER: _ClassVar[int]

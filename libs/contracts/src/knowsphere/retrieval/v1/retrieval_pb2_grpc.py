@@ -81,6 +81,11 @@ class RetrievalServiceStub:
                 request_serializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.SerializeToString,
                 response_deserializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.FromString,
                 _registered_method=True)
+        self.EvaluateQueries = channel.unary_unary(
+                '/knowsphere.retrieval.v1.RetrievalService/EvaluateQueries',
+                request_serializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesRequest.SerializeToString,
+                response_deserializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesResponse.FromString,
+                _registered_method=True)
         self.GrepChunks = channel.unary_unary(
                 '/knowsphere.retrieval.v1.RetrievalService/GrepChunks',
                 request_serializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.GrepChunksRequest.SerializeToString,
@@ -195,6 +200,17 @@ class RetrievalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EvaluateQueries(self, request, context):
+        """Retrieval evaluation: runs each labelled question through Search in each requested mode (the same
+        search path, top 20 results, the service's search defaults) and scores the ranking of documents
+        against the question's relevance judgements: nDCG@10, Recall@5/10/20 and MRR@10, the way BEIR
+        reports them. Stateless: nothing is stored. A knowledge base the caller's tenant does not have is
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GrepChunks(self, request, context):
         """grep_chunks: regular-expression search over chunk text in knowledge bases or documents. The regex
         is RE2 syntax, run by a linear-time engine under a hard time limit (server setting).
@@ -281,6 +297,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.FromString,
                     response_serializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.SerializeToString,
+            ),
+            'EvaluateQueries': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvaluateQueries,
+                    request_deserializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesRequest.FromString,
+                    response_serializer=knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesResponse.SerializeToString,
             ),
             'GrepChunks': grpc.unary_unary_rpc_method_handler(
                     servicer.GrepChunks,
@@ -553,6 +574,33 @@ class RetrievalService:
             '/knowsphere.retrieval.v1.RetrievalService/Search',
             knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchRequest.SerializeToString,
             knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.SearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvaluateQueries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/knowsphere.retrieval.v1.RetrievalService/EvaluateQueries',
+            knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesRequest.SerializeToString,
+            knowsphere_dot_retrieval_dot_v1_dot_retrieval__pb2.EvaluateQueriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
