@@ -239,6 +239,8 @@ export interface TurnRequest {
   web_search?: boolean
   knowledge_graph?: boolean
   language?: string
+  /** Images to ask about: http(s) or `data:image/…;base64` URLs (src/lib/images.ts keeps the limits). */
+  images?: string[]
 }
 
 export interface KnowledgeBaseCreate {
