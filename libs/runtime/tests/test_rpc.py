@@ -245,3 +245,44 @@ async def test_servicer_methods_must_be_async():
 
     with pytest.raises(TypeError, match="must be async"):
         bind_service(IDEMPOTENT_SERVICE, SyncServicer(), pending="x")
+
+
+async def test_a_call_the_caller_gives_up_on_is_cancelled_on_the_server(serve):
+    """A caller that stops waiting (a cancelled task, a closed request) cancels the call on the wire,
+    so the server stops the work instead of finishing it for nobody."""
+    cancelled = asyncio.Event()
+    started = asyncio.Event()
+    response = GetMessageClass(IDEMPOTENT.output_type)
+
+    class Slow:
+        pass
+
+    async def behavior(request: object, context: grpc.aio.ServicerContext) -> object:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return response()
+
+    servicer = Slow()
+    setattr(servicer, IDEMPOTENT.name, behavior)
+    target = await serve(IDEMPOTENT_SERVICE, servicer)
+    with bound_identity(CALLER):
+        async with open_channel(target, services=[IDEMPOTENT_SERVICE]) as channel:
+            call = channel.unary_unary(
+                f"/{IDEMPOTENT_SERVICE.full_name}/{IDEMPOTENT.name}",
+                request_serializer=GetMessageClass(IDEMPOTENT.input_type).SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+            async def ask() -> object:
+                return await call(GetMessageClass(IDEMPOTENT.input_type)())
+
+            task = asyncio.create_task(ask())
+            await asyncio.wait_for(started.wait(), 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.wait_for(cancelled.wait(), 5)

@@ -3,6 +3,7 @@ identity token of every call, the client attaches one signed by this process."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -137,6 +138,17 @@ def _with_identity(details: grpc.aio.ClientCallDetails, timeout: float) -> grpc.
     )
 
 
+async def _settled(call: Any) -> None:
+    """Waits for ``call`` to end; its failure stays on the call for the caller to read."""
+    try:
+        await call
+    except grpc.aio.AioRpcError:
+        pass
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+
+
 class _ClientBase:
     def __init__(self, unary_timeout: float, stream_timeout: float) -> None:
         self._unary_timeout = unary_timeout
@@ -145,7 +157,12 @@ class _ClientBase:
 
 class IdentityUnaryUnary(_ClientBase, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        return await continuation(_with_identity(client_call_details, self._unary_timeout), request)
+        call = await continuation(_with_identity(client_call_details, self._unary_timeout), request)
+        # Waiting here, the innermost interceptor, ties the call to the caller's task: a caller that is
+        # cancelled cancels the call on the wire. Through the tracing interceptor alone the
+        # cancellation stops at its wrapper and the server finishes the work for nobody.
+        await _settled(call)
+        return call
 
 
 class IdentityUnaryStream(_ClientBase, grpc.aio.UnaryStreamClientInterceptor):
@@ -155,7 +172,9 @@ class IdentityUnaryStream(_ClientBase, grpc.aio.UnaryStreamClientInterceptor):
 
 class IdentityStreamUnary(_ClientBase, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
-        return await continuation(_with_identity(client_call_details, self._stream_timeout), request_iterator)
+        call = await continuation(_with_identity(client_call_details, self._stream_timeout), request_iterator)
+        await _settled(call)  # as for unary calls: a cancelled caller cancels the call
+        return call
 
 
 class IdentityStreamStream(_ClientBase, grpc.aio.StreamStreamClientInterceptor):
