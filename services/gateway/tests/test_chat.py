@@ -16,7 +16,13 @@ from typing import Any
 
 from faststream.nats import NatsBroker, TestNatsBroker
 
-from knowsphere_contracts.events import MAX_SESSION_ID_CHARS, ChatRequested, ChatTurnEvent, TurnEventKind
+from knowsphere_contracts.events import (
+    MAX_IMAGE_REF_TOTAL_CHARS,
+    MAX_SESSION_ID_CHARS,
+    ChatRequested,
+    ChatTurnEvent,
+    TurnEventKind,
+)
 from knowsphere_gateway.api.bus import GatewayBus, build_bus
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import require_identity
@@ -211,4 +217,18 @@ async def test_a_misspelt_key_or_a_long_session_id_is_refused_before_anything_is
     assert misspelt.status_code == too_long.status_code == 422
     assert misspelt.json()["detail"][0]["loc"] == ["body", "sesion_id"]
     assert too_long.json()["detail"][0]["loc"] == ["body", "session_id"]
+    assert tenants == []
+
+
+async def test_images_too_large_together_are_refused_naming_the_limit(gateway: Any, client: Any) -> None:
+    # Each image is within its own limit; together they would not fit in one message on the bus.
+    image = "data:image/png;base64," + "A" * (MAX_IMAGE_REF_TOTAL_CHARS // 2)
+    async with bus_with_conversation(answer_with(TurnEventKind.STARTED)) as (bus, events, tenants):
+        app = await gateway(bus=bus, chat_events=events)
+        async with client(app) as http:
+            response = await http.post("/api/v1/chat/turns", json={"message": "hi", "images": [image, image]})
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body", "images"]
+    assert f"at most {MAX_IMAGE_REF_TOTAL_CHARS} in all" in detail["msg"]
     assert tenants == []

@@ -37,6 +37,7 @@ from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
 from knowsphere.modelhub.v1 import modelhub_pb2 as mpb
 from knowsphere_contracts.events import (
     MAX_HISTORY_MESSAGES,
+    MAX_IMAGE_REF_TOTAL_CHARS,
     MAX_MESSAGE_CHARS,
     ChatRequested,
     ChatTurnEvent,
@@ -49,6 +50,9 @@ from knowsphere_gateway.domain.tokens import Role, TokenService
 from knowsphere_runtime.bus import Fanout, build_broker
 from knowsphere_runtime.identity import Identity, require_identity
 from knowsphere_runtime.streams import CHAT_REQUESTS
+
+# Within one image's limit; two of them exceed what one message may carry.
+BIG_IMAGE = "data:image/png;base64," + "A" * (MAX_IMAGE_REF_TOTAL_CHARS // 2)
 
 ACME, GLOBEX = Identity("acme", "alice"), Identity("globex", "mallory")
 
@@ -456,6 +460,22 @@ async def test_no_token_or_a_read_only_token_is_refused_in_openais_shape(
             },
             "knowledge_base_ids",
             "20",
+        ),
+        (
+            {
+                "model": "legal",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "what is this?"},
+                            *[{"type": "image_url", "image_url": {"url": BIG_IMAGE}}] * 2,
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content",
+            f"at most {MAX_IMAGE_REF_TOTAL_CHARS} in all",
         ),
     ],
 )

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Annotated, ClassVar, Final, Literal
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from knowsphere_contracts.vocabulary import DocumentStatus
 
@@ -31,6 +31,9 @@ MAX_IMAGES_PER_MESSAGE = 4
 MAX_IMAGE_REF_CHARS = 700_000
 """An image travels by URL or as a data URL; a data URL this long is about 500 KiB of image (NATS
 carries messages of up to 1 MiB). Larger images go by URL."""
+MAX_IMAGE_REF_TOTAL_CHARS = 700_000
+"""All of one message's images together: with the question and its history the request still fits in
+one NATS message."""
 MAX_HISTORY_MESSAGES = 64
 """Earlier messages a request may bring along (:attr:`ChatRequested.history`)."""
 MAX_HISTORY_CHARS = 200_000
@@ -114,6 +117,17 @@ class HistoryMessage(BaseModel):
     content: str = Field(max_length=MAX_MESSAGE_CHARS)
 
 
+def check_images_total(images: list[str]) -> list[str]:
+    """``images`` unless their URLs together exceed :data:`MAX_IMAGE_REF_TOTAL_CHARS` (a field validator)."""
+    total = sum(len(image) for image in images)
+    if total > MAX_IMAGE_REF_TOTAL_CHARS:
+        raise ValueError(
+            f"{total} characters of image URLs; at most {MAX_IMAGE_REF_TOTAL_CHARS} in all "
+            "(about 500 KiB of image data) — send smaller images, or larger ones by http(s) URL"
+        )
+    return images
+
+
 class ChatRequested(Event):
     """A user asked a question; one conversation replica takes the turn from the work queue.
 
@@ -161,6 +175,8 @@ class ChatRequested(Event):
         if total > MAX_HISTORY_CHARS:
             raise ValueError(f"history: {total} characters; at most {MAX_HISTORY_CHARS} in all")
         return self
+
+    _images_total = field_validator("images")(check_images_total)
 
 
 class TurnEventKind(StrEnum):

@@ -23,7 +23,7 @@ from typing import Annotated
 import structlog
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from knowsphere_clients import ConversationClient
 from knowsphere_contracts.events import (
@@ -35,6 +35,7 @@ from knowsphere_contracts.events import (
     ChatRequested,
     ChatTurnEvent,
     TurnEventKind,
+    check_images_total,
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller
@@ -78,6 +79,8 @@ class ChatTurnRequest(RequestBody):
         max_length=MAX_IMAGES_PER_MESSAGE,
         description="images to ask about: http(s) or data:image/…;base64 URLs (links in the text count too)",
     )
+
+    _images_total = field_validator("images")(check_images_total)
 
 
 def _sse(event: ChatTurnEvent) -> ServerSentEvent:

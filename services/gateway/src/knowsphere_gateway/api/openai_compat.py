@@ -57,6 +57,7 @@ from knowsphere_contracts.events import (
     ChatTurnEvent,
     HistoryMessage,
     TurnEventKind,
+    check_images_total,
 )
 from knowsphere_gateway.api.bus import GatewayBus
 from knowsphere_gateway.api.caller import Caller, Unauthenticated
@@ -199,6 +200,12 @@ def conversation_of(messages: list[OpenAIChatMessage]) -> tuple[str, list[str], 
             f"messages[{last}].content: {len(images)} images; at most {MAX_IMAGES_PER_MESSAGE}",
             f"messages[{last}].content",
         )
+    try:
+        check_images_total(images)
+    except ValueError as error:
+        raise Refusal(
+            400, "invalid_argument", f"messages[{last}].content: {error}", f"messages[{last}].content"
+        ) from None
     history: list[HistoryMessage] = []
     chars = 0
     for index in range(last - 1, -1, -1):
