@@ -19,7 +19,7 @@ FRONTEND_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/nul
 	frontend/vite.config.ts
 
 .PHONY: setup up down status test lint proto asyncapi bench-embed bench-retrieval bench-bm25 bench-ingest bench-memory bench-tools \
-	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-scale bench-multihop eval-intent chaos local-llm clean help
+	bench-conversation bench-orchestration bench-prefix bench-gateway bench-images bench-scale bench-multihop bench-ui eval-intent chaos local-llm clean help
 
 help:
 	@echo "make up       start the platform (NATS, Temporal, seven services) under ./.data"
@@ -43,6 +43,7 @@ help:
 	@echo "make bench-gateway LEVELS=1,20,50,100  concurrent SSE chats: time to first event, errors, gateway CPU/turn (last line: JSON)"
 	@echo "make bench-images  each service's image size, estimated from its installed dependency closure (last line: JSON)"
 	@echo "make bench-scale   ingestion (1-3 workers, 2 modelhub) and chat turns (2 conversation replicas) vs one replica: rate, CPU per unit, ratios (last line: JSON)"
+	@echo "make bench-ui      web UI bundle sizes; chat page with 200 messages in headless Chromium: time to interactive, JS heap (last line: JSON)"
 	@echo "make eval-intent   intent accuracy and confusion matrix over services/conversation/eval (last line: JSON)"
 	@echo "make chaos    the fault suite alone (tests/chaos): per scenario lost, duplicated, time to recover (JSON lines)"
 
@@ -131,6 +132,10 @@ bench-images: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(PY) deploy/local/bench/bench_scale.py $(BENCH_ARGS)
+
+# The web UI's built bundle, then a long conversation's chat page in Debian's Chromium (/usr/bin/chromium).
+bench-ui: $(STAMP) $(FRONTEND)
+	$(PY) deploy/local/bench/bench_ui.py $(BENCH_ARGS)
 
 # Query understanding over the labelled intent set, against a running modelhub (make up).
 eval-intent: $(STAMP)

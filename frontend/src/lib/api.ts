@@ -131,16 +131,61 @@ export const DOCUMENT_STATUSES: readonly DocumentStatus[] = [
   'failed',
 ]
 
+/** How documents are cut into passages (ingestion's ChunkingStrategy). */
+export const CHUNKING_STRATEGIES = ['heading', 'parent_child'] as const
+export type ChunkingStrategy = (typeof CHUNKING_STRATEGIES)[number]
+/** The strategy of a knowledge base created without chunking settings. */
+export const DEFAULT_CHUNKING_STRATEGY: ChunkingStrategy = 'heading'
+
+export type ChunkSize = 'chunk_size_tokens' | 'chunk_overlap_tokens' | 'parent_size_tokens' | 'child_size_tokens'
+export const CHUNK_SIZE_NAMES: readonly ChunkSize[] = [
+  'chunk_size_tokens',
+  'chunk_overlap_tokens',
+  'parent_size_tokens',
+  'child_size_tokens',
+]
+
+/** The sizes each strategy reads (ingestion's ChunkingSettings.to_config); it ignores the others. */
+export const CHUNK_SIZES: Record<ChunkingStrategy, readonly ChunkSize[]> = {
+  heading: ['chunk_size_tokens', 'chunk_overlap_tokens'],
+  parent_child: ['parent_size_tokens', 'child_size_tokens', 'chunk_overlap_tokens'],
+}
+
+/** A knowledge base's chunking: sizes in tokens, 0 for the server's default. */
+export type ChunkingConfig = { strategy: ChunkingStrategy | null } & Record<ChunkSize, number>
+
+/** Chunking in a request: it replaces the whole set; a size left out takes the server's default. */
+export type ChunkingBody = { strategy: ChunkingStrategy } & Partial<Record<ChunkSize, number>>
+
+export type MigrationState = 'running' | 'completed' | 'failed'
+
+/** The latest change of a knowledge base's embedding model: every document embedded again. */
+export interface EmbeddingMigration {
+  from_model_id: string
+  to_model_id: string
+  state: MigrationState | null
+  documents_done: number
+  documents_total: number
+  /** Why it failed; the old model stays in use then. */
+  failure_reason: string
+  start_time: string | null
+  end_time: string | null
+}
+
 export interface KnowledgeBase {
   id: string
   name: string
   description: string
   embedding_model_id: string
+  embedding_dimension: number
+  chunking: ChunkingConfig | null
   graph_enabled: boolean
   language_hint: string
   document_count: number
   chunk_count: number
   size_bytes: number
+  /** The latest embedding migration; null when there was none. */
+  migration: EmbeddingMigration | null
   create_time: string | null
   update_time: string | null
 }
@@ -246,8 +291,39 @@ export interface TurnRequest {
 export interface KnowledgeBaseCreate {
   name: string
   description?: string
+  /** Left out: the tenant's default embedding model (one reading the language when the default does
+   * not), recorded with the knowledge base. */
+  embedding_model_id?: string
+  /** Left out: the server's default chunking. */
+  chunking?: ChunkingBody
+  /** Extraction needs a knowledge-QA model. */
+  graph_enabled?: boolean
   /** BCP-47; empty: detect per document. */
   language_hint?: string
+}
+
+/** The body of `PATCH /api/v1/knowledge-bases/{id}`: the fields to change, no others. A new embedding
+ * model starts a migration that embeds every document again; `chunking` replaces the whole set. */
+export interface KnowledgeBaseUpdate {
+  name?: string
+  description?: string
+  embedding_model_id?: string
+  chunking?: ChunkingBody
+  graph_enabled?: boolean
+  language_hint?: string
+}
+
+/** Language hints the forms offer by name; any other BCP-47 tag can be typed. */
+export const COMMON_LANGUAGE_HINTS: readonly string[] = ['zh', 'en', 'ja', 'ko', 'de', 'fr', 'es']
+
+/** A language hint as people read it in `locale`: `German (de)`; the tag itself when unknown. */
+export function languageName(tag: string, locale: string): string {
+  try {
+    const name = new Intl.DisplayNames([locale], { type: 'language' }).of(tag)
+    return name && name !== tag ? `${name} (${tag})` : tag
+  } catch {
+    return tag
+  }
 }
 
 /** Files that fit in one batch upload request, whatever the policy allows (the gateway's default cap). */
@@ -400,6 +476,11 @@ export class ApiClient {
 
   createKnowledgeBase(body: KnowledgeBaseCreate): Promise<KnowledgeBase> {
     return this.json('POST', `${API_BASE}/knowledge-bases`, { json: body })
+  }
+
+  /** Changes the fields `body` gives; the knowledge base as it is afterwards. */
+  updateKnowledgeBase(id: string, body: KnowledgeBaseUpdate): Promise<KnowledgeBase> {
+    return this.json('PATCH', `${API_BASE}/knowledge-bases/${enc(id)}`, { json: body })
   }
 
   deleteKnowledgeBase(id: string): Promise<void> {
@@ -651,4 +732,79 @@ export function batches(files: File[], maxFiles: number, maxBytes: number): File
   }
   if (run.length > 0) out.push(run)
   return out
+}
+
+// --- a knowledge base's settings: what the forms hold, and their request bodies -------------------------
+
+/** The configuration the create form and the settings form edit. */
+export interface KnowledgeBaseSettingsDraft {
+  /** Empty: the tenant's default (when creating). */
+  embedding_model_id: string
+  strategy: ChunkingStrategy
+  /** Sizes in tokens; null: the server's default. Only the strategy's own ({@link CHUNK_SIZES}) are sent. */
+  sizes: Record<ChunkSize, number | null>
+  graph_enabled: boolean
+  /** BCP-47; empty: detect per document. */
+  language_hint: string
+}
+
+/** The draft of `kb`'s settings; the defaults of a new knowledge base without one. */
+export function settingsDraft(kb?: KnowledgeBase | null): KnowledgeBaseSettingsDraft {
+  const chunking = kb?.chunking
+  const sizes = Object.fromEntries(CHUNK_SIZE_NAMES.map((name) => [name, chunking?.[name] || null]))
+  return {
+    embedding_model_id: kb?.embedding_model_id ?? '',
+    strategy: chunking?.strategy ?? DEFAULT_CHUNKING_STRATEGY,
+    sizes: sizes as Record<ChunkSize, number | null>,
+    graph_enabled: kb?.graph_enabled ?? false,
+    language_hint: kb?.language_hint ?? '',
+  }
+}
+
+/** The chunking a draft asks for: its strategy and the sizes typed among those the strategy reads. */
+export function chunkingBody(draft: Pick<KnowledgeBaseSettingsDraft, 'strategy' | 'sizes'>): ChunkingBody {
+  const body: ChunkingBody = { strategy: draft.strategy }
+  for (const name of CHUNK_SIZES[draft.strategy]) {
+    const value = draft.sizes[name]
+    if (value) body[name] = value // 0 means the default, like an empty field
+  }
+  return body
+}
+
+function sameChunking(a: ChunkingBody, b: ChunkingBody): boolean {
+  return a.strategy === b.strategy && CHUNK_SIZE_NAMES.every((name) => a[name] === b[name])
+}
+
+/** A create request: name, description and language hint, and each advanced setting only when it
+ * differs from what the server does without it. */
+export function knowledgeBaseCreateBody(
+  name: string,
+  description: string,
+  draft: KnowledgeBaseSettingsDraft,
+): KnowledgeBaseCreate {
+  const body: KnowledgeBaseCreate = {
+    name: name.trim(),
+    description: description.trim(),
+    language_hint: draft.language_hint.trim(),
+  }
+  const model = draft.embedding_model_id.trim()
+  if (model) body.embedding_model_id = model
+  const chunking = chunkingBody(draft)
+  if (!sameChunking(chunking, { strategy: DEFAULT_CHUNKING_STRATEGY })) body.chunking = chunking
+  if (draft.graph_enabled) body.graph_enabled = true
+  return body
+}
+
+/** A change request holding only what `draft` changes of `kb`; chunking, when changed, as a whole set. */
+export function knowledgeBaseUpdateBody(kb: KnowledgeBase, draft: KnowledgeBaseSettingsDraft): KnowledgeBaseUpdate {
+  const current = settingsDraft(kb)
+  const body: KnowledgeBaseUpdate = {}
+  const model = draft.embedding_model_id.trim()
+  if (model && model !== current.embedding_model_id) body.embedding_model_id = model
+  const chunking = chunkingBody(draft)
+  if (!sameChunking(chunking, chunkingBody(current))) body.chunking = chunking
+  if (draft.graph_enabled !== current.graph_enabled) body.graph_enabled = draft.graph_enabled
+  const language = draft.language_hint.trim()
+  if (language !== current.language_hint) body.language_hint = language
+  return body
 }
