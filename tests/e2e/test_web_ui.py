@@ -551,6 +551,65 @@ def test_a_user_signs_in_builds_a_knowledge_base_and_gets_cited_answers_in_engli
 # --- accessibility ------------------------------------------------------------------------------------
 
 
+def test_an_evaluation_started_from_a_question_list_shows_its_figures_and_compares_with_another(
+    browser: Browser, stack: Any, owner: TenantData, run: Run, tmp_path: Path
+) -> None:
+    """A labelled question list picked in the page runs through retrieval for real; the run's page shows
+    the figures the API reports, and two runs compare."""
+    handbook = f"handbook-{owner.marker}.md"
+    questions = tmp_path / "questions.csv"
+    questions.write_text(
+        "id,question,relevant\n"
+        f"leave,How many days of annual leave do employees get?,{handbook}\n"
+        f"carry,Until when can unused leave be carried over?,handbook-{owner.marker}\n"
+        "missing,What is the parking policy?,no-such-document.pdf\n",
+        encoding="utf-8",
+    )
+    context = new_context(browser)
+    page = run.tab(context)
+    run_ids: list[str] = []
+    try:
+        sign_in(page, stack, owner.token)
+        for name, modes in (("all modes", None), ("bm25 only", ("vector", "hybrid"))):
+            page.goto(f"{stack.gateway_url}/ui/knowledge/{owner.kb_id}/evaluations")
+            page.locator("#eval-name").wait_for()
+            page.locator("#eval-name").fill(f"{name} {owner.marker}")
+            # Naive UI's radio input is hidden behind its label: the label is what a user clicks.
+            page.get_by_text("Question list (CSV or JSONL)", exact=True).click()
+            expect(page.get_by_role("radio", name="Question list (CSV or JSONL)")).to_be_checked()
+            with page.expect_file_chooser() as chooser:
+                page.get_by_role("button", name="Choose file: Question list (.csv or .jsonl)").click()
+            chooser.value.set_files(str(questions))
+            expect(page.locator(".ready-text")).to_contain_text("3 questions ready to run")
+            for mode in modes or ():
+                page.get_by_role("checkbox", name=re.compile(mode, re.IGNORECASE)).uncheck()
+            page.get_by_role("button", name="Start the evaluation").click()
+            page.wait_for_url(re.compile(r"/ui/evaluations/eval_[0-9a-f]+$"))
+            run_ids.append(urlsplit(page.url).path.rsplit("/", 1)[-1])
+            expect(page.locator("table.metrics-table")).to_be_visible(timeout=60_000)
+            settle(page)
+            run.shoot(page, f"evaluation {name}")
+        with client(stack, owner.headers) as http:
+            first = http.get(f"/evaluations/{run_ids[0]}").json()
+            second = http.get(f"/evaluations/{run_ids[1]}").json()
+        assert first["status"] == second["status"] == "completed", (first, second)
+        assert set(first["metrics"]) == {"hybrid", "vector", "bm25"} and set(second["metrics"]) == {"bm25"}
+        # The handbook is the only document: both judged questions find it first; the third names a
+        # document that is not there and scores 0.
+        assert first["metrics"]["bm25"]["ndcg_at_10"] == pytest.approx(2 / 3, abs=1e-6), first["metrics"]
+        table = page.locator("table.metrics-table")
+        expect(table).to_contain_text("0.667")
+        expect(page.locator("svg")).not_to_have_count(0)
+        page.goto(f"{stack.gateway_url}/ui/evaluations/compare?a={run_ids[0]}&b={run_ids[1]}")
+        expect(page.locator("main")).to_contain_text(f"bm25 only {owner.marker}")
+        expect(page.locator("main")).to_contain_text("±0.000")
+        settle(page)
+        run.shoot(page, "evaluation compared")
+    finally:
+        context.close()
+    run.check_page_errors()
+
+
 def axe_violations(page: Page, name: str, width: int) -> list[Violation]:
     """axe-core's violations on the page as it is now; the script is evaluated through the browser's
     debugging protocol, which the page's Content-Security-Policy does not govern."""
