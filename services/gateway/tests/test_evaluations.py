@@ -14,10 +14,9 @@ the gateway fails its runs as interrupted. Other peers are fakes on real gRPC se
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +27,6 @@ import httpx
 import pytest
 
 from knowsphere.ingestion.v1 import ingestion_pb2 as ipb
-from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as rpb
 from knowsphere.retrieval.v1.retrieval_enums import SearchMode
 from knowsphere_clients import RetrievalClient
@@ -42,8 +40,7 @@ from knowsphere_gateway.domain.evaluations import (
     EvaluationStatus,
 )
 from knowsphere_gateway.domain.tokens import Role, TokenService
-from knowsphere_runtime.identity import Identity, bound_identity, require_identity
-from knowsphere_runtime.rpc.testing import serving
+from knowsphere_runtime.identity import Identity, require_identity
 
 OWNER, STRANGER = Identity("acme", "alice"), Identity("globex", "mallory")
 KB = "kb-1"
@@ -166,7 +163,6 @@ async def api(gateway: Any, client: Any, tokens: TokenService) -> AsyncIterator[
 
 # --- a run over a real knowledge base, worked out by hand -------------------------------------------
 
-MODEL = "toy-model"
 DOCUMENTS = {
     "doc-1": ("d1.txt", ["The pump is serviced every six months.", "Pump seals are replaced yearly."]),
     "doc-2": ("d2.txt", ["Unused annual leave can be carried over until the end of March."]),
@@ -174,84 +170,13 @@ DOCUMENTS = {
 }
 
 
-def toy_vector(text: str) -> list[float]:
-    digest = hashlib.sha256(text.lower().encode()).digest()
-    return [b / 255.0 + 0.01 for b in digest[:8]]
-
-
-class ToyModels:
-    """modelhub for retrieval: toy query vectors, no rerank model."""
-
-    async def embed_query(self, model_id: str, query: str) -> list[float]:
-        return toy_vector(query)
-
-    async def rerank(
-        self, model_id: str, query: str, documents: Sequence[str], *, top_n: int = 0
-    ) -> list[float]:
-        raise AssertionError("no rerank model is configured")
-
-    async def has_default(self, model_type: ModelType) -> bool:
-        return model_type != ModelType.RERANK
-
-    async def complete(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
-        return ""
-
-    async def model_languages(self, model_id: str) -> tuple[str, ...]:
-        return ()
-
-
 @pytest.fixture
 async def real_retrieval(tmp_path: Path) -> AsyncIterator[RetrievalClient]:
     """Retrieval's own servicers over embedded stores, with the owner's ``kb-1`` holding three
     documents uploaded as ``d1.txt`` … (a gateway-only install skips)."""
-    chunk_sql = pytest.importorskip(
-        "knowsphere_retrieval.adapters.chunk_sql", reason="retrieval is not installed"
-    )
-    lexical_tantivy = pytest.importorskip("knowsphere_retrieval.adapters.lexical_tantivy")
-    vector_edge = pytest.importorskip("knowsphere_retrieval.adapters.vector_edge")
-    retrieval_grpc = pytest.importorskip("knowsphere_retrieval.api.grpc")
-    retrieval_stores = pytest.importorskip("knowsphere_retrieval.api.stores")
-    search = pytest.importorskip("knowsphere_retrieval.domain.search")
-    retrieval_settings = pytest.importorskip("knowsphere_retrieval.settings")
-
-    folder = tmp_path / "retrieval"
-    chunks = chunk_sql.SqlChunkStore(f"sqlite+aiosqlite:///{tmp_path}/chunks.db")
-    await chunks.open()
-    vectors = vector_edge.EdgeVectorIndex(folder / "vectors")
-    lexical = lexical_tantivy.TantivyLexicalIndex(folder / "lexical")
-    models = ToyModels()
-    stores = retrieval_stores.Stores(
-        chunks, vectors, lexical, vector_backend="edge", lexical_backend="tantivy"
-    )
-    binding = retrieval_grpc.build_binding(
-        settings=retrieval_settings.Settings(data_dir=folder, modelhub_addr="127.0.0.1:1"),
-        stores=stores,
-        searcher=search.Searcher(vectors=vectors, lexical=lexical, chunks=chunks, models=models),
-        models=models,
-    )
-    async with serving("retrieval", binding=binding) as channel:
-        retrieval = RetrievalClient(channel)
-        with bound_identity(OWNER):
-            await retrieval.configure_knowledge_base(KB, embedding_model_id=MODEL, embedding_dimension=8)
-            await retrieval.index_chunks(
-                [
-                    rpb.Chunk(
-                        id=f"{document}-{position}",
-                        document_id=document,
-                        knowledge_base_id=KB,
-                        file_name=file_name,
-                        text=text,
-                        position=position,
-                        embeddings=[rpb.ChunkEmbedding(model_id=MODEL, dimension=8, values=toy_vector(text))],
-                    )
-                    for document, (file_name, texts) in DOCUMENTS.items()
-                    for position, text in enumerate(texts)
-                ]
-            )
+    testing = pytest.importorskip("knowsphere_retrieval.testing", reason="retrieval is not installed")
+    async with testing.serving_documents(tmp_path, OWNER, KB, DOCUMENTS) as retrieval:
         yield retrieval
-    await lexical.close()
-    await vectors.close()
-    await chunks.close()
 
 
 async def test_a_run_completes_with_figures_worked_out_by_hand(

@@ -10,34 +10,24 @@ the limit; another tenant's knowledge base is NOT_FOUND; each call is one span. 
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from knowsphere.modelhub.v1.modelhub_enums import ModelType
 from knowsphere.retrieval.v1 import retrieval_pb2 as pb
 from knowsphere_clients import RetrievalClient
 from knowsphere_clients.errors import ServiceError
-from knowsphere_retrieval.adapters.chunk_sql import SqlChunkStore
-from knowsphere_retrieval.adapters.lexical_tantivy import TantivyLexicalIndex
-from knowsphere_retrieval.adapters.vector_edge import EdgeVectorIndex
-from knowsphere_retrieval.api.grpc import build_binding
-from knowsphere_retrieval.api.stores import Stores
 from knowsphere_retrieval.domain.evaluation import RankedDocument, file_stem, judged_ranking, score
-from knowsphere_retrieval.domain.search import Searcher
-from knowsphere_retrieval.settings import Settings
+from knowsphere_retrieval.testing import serving_documents
 from knowsphere_runtime.identity import Identity, bound_identity
-from knowsphere_runtime.rpc.testing import serving
 from knowsphere_telemetry import attributes
 
 ACME = Identity("acme", "alice")
 GLOBEX = Identity("globex", "gus")
-MODEL = "toy-model"
 KB = "kb"
 HYBRID, VECTOR, BM25 = pb.SEARCH_MODE_HYBRID, pb.SEARCH_MODE_VECTOR, pb.SEARCH_MODE_BM25
 
@@ -49,65 +39,11 @@ DOCUMENTS = {
 }
 
 
-def toy_vector(text: str) -> list[float]:
-    digest = hashlib.sha256(text.lower().encode()).digest()
-    return [b / 255.0 + 0.01 for b in digest[:8]]
-
-
-class ScriptedModels:
-    async def embed_query(self, model_id: str, query: str) -> list[float]:
-        return toy_vector(query)
-
-    async def rerank(
-        self, model_id: str, query: str, documents: Sequence[str], *, top_n: int = 0
-    ) -> list[float]:
-        raise AssertionError("no rerank model is configured")
-
-    async def has_default(self, model_type: ModelType) -> bool:
-        return model_type != ModelType.RERANK
-
-    async def complete(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
-        return ""
-
-    async def model_languages(self, model_id: str) -> tuple[str, ...]:
-        return ()
-
-
 @pytest.fixture
 async def retrieval(tmp_path: Path) -> AsyncIterator[RetrievalClient]:
     """The service with Acme's knowledge base ``kb`` holding the three documents."""
-    settings = Settings(data_dir=tmp_path, modelhub_addr="127.0.0.1:1")
-    chunks = SqlChunkStore(f"sqlite+aiosqlite:///{tmp_path}/chunks.db")
-    await chunks.open()
-    vectors = EdgeVectorIndex(tmp_path / "vectors")
-    lexical = TantivyLexicalIndex(tmp_path / "lexical")
-    models = ScriptedModels()
-    stores = Stores(chunks, vectors, lexical, vector_backend="edge", lexical_backend="tantivy")
-    searcher = Searcher(vectors=vectors, lexical=lexical, chunks=chunks, models=models)
-    binding = build_binding(settings=settings, stores=stores, searcher=searcher, models=models)
-    async with serving("retrieval", binding=binding) as channel:
-        client = RetrievalClient(channel)
-        with bound_identity(ACME):
-            await client.configure_knowledge_base(KB, embedding_model_id=MODEL, embedding_dimension=8)
-            await client.index_chunks(
-                [
-                    pb.Chunk(
-                        id=f"{document}-{position}",
-                        document_id=document,
-                        knowledge_base_id=KB,
-                        file_name=file_name,
-                        text=text,
-                        position=position,
-                        embeddings=[pb.ChunkEmbedding(model_id=MODEL, dimension=8, values=toy_vector(text))],
-                    )
-                    for document, (file_name, texts) in DOCUMENTS.items()
-                    for position, text in enumerate(texts)
-                ]
-            )
-            yield client
-    await lexical.close()
-    await vectors.close()
-    await chunks.close()
+    async with serving_documents(tmp_path, ACME, KB, DOCUMENTS) as client:
+        yield client
 
 
 def query(query_id: str, text: str, relevance: Mapping[str, int] | None = None) -> pb.EvaluationQuery:
